@@ -1,0 +1,47 @@
+"""kernelworks: fast, verified Triton kernels for AI/ML, and the workbench that proves them.
+
+The library::
+
+    import kernelworks as kw
+    y = kw.softmax(x)              # x: [..., n] bf16/fp16/fp32 on CUDA
+    h = kw.swiglu(gate, up)        # silu(gate) * up, autograd and torch.compile ready
+
+The workbench (same on the command line as ``kw check`` / ``kw bench`` / ``kw report``)::
+
+    kw.check("softmax")            # the correctness checklist, or any OpSpec of your own
+    kw.bench("softmax")            # GPU timing side by side with torch, torch.compile and peers
+"""
+
+from kernelworks.runtime.device import enable_interpreter_without_gpu
+
+# Must run before any @triton.jit decorator executes: on a machine with no GPU, kernels run in Triton's
+# interpreter on CPU tensors. An explicit TRITON_INTERPRET setting always wins.
+enable_interpreter_without_gpu()
+
+from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
+from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
+from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
+from kernelworks.workbench import bench, check  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Case",
+    "Cost",
+    "OpSpec",
+    "Provider",
+    "Tolerance",
+    "__version__",
+    "bench",
+    "case",
+    "check",
+    "geglu",
+    "gelu",
+    "load_spec",
+    "log_softmax",
+    "register",
+    "registry",
+    "silu",
+    "softmax",
+    "swiglu",
+]

@@ -1,0 +1,156 @@
+"""The engine behind ``kw bench``: every provider on the same inputs, in the same run, per case and mode.
+
+Before a provider is timed its output is checked once against the reference (float32 upcast) under the
+spec's tolerance rule, so a fast wrong answer is recorded as wrong, not as fast.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from kernelworks.bench.roofline import roofline
+from kernelworks.bench.timing import time_fn
+from kernelworks.check.compare import compare
+from kernelworks.check.engine import as_outputs, upcast, with_grad_leaves
+from kernelworks.hardware import Ceilings, ceilings
+from kernelworks.spec import Case, OpSpec, dtype_name
+
+
+@dataclass
+class BenchRecord:
+    """One timed (case, mode, provider). ``status`` is ``ok``, ``skipped: …``, ``wrong: …`` or ``error: …``."""
+
+    op: str
+    case: str
+    params: dict[str, Any]
+    dtype: str
+    mode: str
+    provider: str
+    status: str
+    median_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    tflops: float | None = None
+    gbs: float | None = None
+    pct_sol: float | None = None
+    bound: str | None = None
+    rel_l2_err: float | None = None
+    sweep: str | None = None  # the param a "sweep:<param>" tagged case varies (plotted as a line)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _record(spec: OpSpec, case: Case, mode: str, provider: str, status: str) -> BenchRecord:
+    params = {k: v for k, v in case.params.items() if isinstance(v, (int, float, str, bool))}
+    sweep = next((t.split(":", 1)[1] for t in sorted(case.tags) if t.startswith("sweep:")), None)
+    return BenchRecord(spec.name, case.id, params, dtype_name(case.dtype), mode, provider, status, sweep=sweep)
+
+
+def _verify(spec: OpSpec, case: Case, out: Any, ref: tuple, base: tuple) -> tuple[bool, str, float]:
+    tol = spec.tolerance(case.dtype)
+    worst = 0.0
+    for i, (o, r, b) in enumerate(zip(as_outputs(out), ref, base)):
+        c = compare(f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
+        worst = max(worst, c.rel_l2 if c.rel_l2 == c.rel_l2 else float("inf"))
+        if not c.passed:
+            return False, c.problem, worst
+    return True, "", worst
+
+
+def _timed_call(spec: OpSpec, mode: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Callable[[], Any]:
+    """The closure to time: the forward call, or the backward alone on a graph built once."""
+    if mode == "fwd":
+        return lambda: fn(**inputs)
+    names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
+    leaves = with_grad_leaves(inputs, names, None)
+    outs = [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
+    grads = [torch.randn_like(o) for o in outs]
+    params = [leaves[n] for n in names]
+    return lambda: torch.autograd.grad(outs, params, grads, retain_graph=True)
+
+
+def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: Iterable[str] | None = None,
+              modes: Iterable[str] | None = None, tags: Iterable[str] | None = None, verify: bool = True,
+              cuda_graph: bool = False, warmup_ms: float = 25.0, rep_ms: float = 100.0,
+              progress: bool = True, ceil: Ceilings | None = None) -> list[BenchRecord]:
+    """Time the selected cases of ``spec`` for every available provider; needs a CUDA GPU."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("kw bench needs a CUDA GPU: timings on the CPU interpreter mean nothing. "
+                           "Use `kw check` for correctness here.")
+    ceil = ceil or ceilings()
+    assert ceil is not None
+    chosen = spec.find_cases(cases, bench=True)
+    if tags is not None:
+        wanted = set(tags)
+        chosen = [c for c in chosen if c.tags & wanted]
+    all_prov = spec.all_providers()
+    names = list(providers) if providers is not None else list(all_prov)
+    unknown = [n for n in names if n not in all_prov]
+    if unknown:
+        raise KeyError(f"spec {spec.name!r} has no provider {unknown}; known: {list(all_prov)}")
+    modes = [m for m in (modes or spec.modes) if m in spec.modes]
+
+    jobs = [(c, m, p) for c in chosen for m in modes for p in names]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=f"bench {spec.name}", unit="run", leave=False)
+    records: list[BenchRecord] = []
+    for case in chosen:
+        torch.manual_seed(0)
+        inputs = spec.inputs(case, torch.device("cuda"))
+        ref = base = ()
+        if verify:
+            ref = as_outputs(spec.reference(**upcast(inputs, torch.float32)))
+            base = as_outputs(spec.reference(**inputs))
+        for mode in modes:
+            cost = spec.cost(case, mode)
+            for name in names:
+                prov = all_prov[name]
+                ok, why = prov.available()
+                if not ok or (mode == "bwd" and not prov.supports_backward):
+                    records.append(_record(spec, case, mode, name, f"skipped: {why or 'no backward'}"))
+                else:
+                    records.append(_bench_one(spec, case, mode, prov.fn, inputs, ref, base, cost, ceil,
+                                              verify=verify, cuda_graph=cuda_graph, warmup_ms=warmup_ms,
+                                              rep_ms=rep_ms, name=name))
+                if bar is not None:
+                    bar.update(1)
+                gc.collect()
+                torch.cuda.empty_cache()
+        del inputs, ref, base
+    if bar is not None:
+        bar.close()
+    return records
+
+
+def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inputs: dict[str, Any],
+               ref: tuple, base: tuple, cost: Any, ceil: Ceilings, *, verify: bool, cuda_graph: bool,
+               warmup_ms: float, rep_ms: float, name: str) -> BenchRecord:
+    rec = _record(spec, case, mode, name, "ok")
+    try:
+        if verify and mode == "fwd":
+            good, problem, err = _verify(spec, case, fn(**inputs), ref, base)
+            rec.rel_l2_err = err
+            if not good:
+                rec.status = f"wrong: {problem}"
+                return rec
+        call = _timed_call(spec, mode, fn, inputs)
+        t = time_fn(call, warmup_ms=warmup_ms, rep_ms=rep_ms, cuda_graph=cuda_graph)
+    except NotImplementedError as e:
+        rec.status = f"skipped: unsupported ({e})"
+        return rec
+    except Exception as e:  # recorded, not raised: one provider's failure must not lose the others' numbers
+        rec.status = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return rec
+    line = roofline(cost, t.median_ms, ceil, case.dtype)
+    rec.median_ms, rec.p20_ms, rec.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
+    rec.tflops, rec.gbs, rec.pct_sol, rec.bound = line.tflops, line.gbs, line.pct_sol, line.bound
+    return rec

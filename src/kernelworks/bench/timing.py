@@ -1,0 +1,86 @@
+"""GPU timing: device events around each call, warm-up, median of many, L2 flushed between calls.
+
+Like ``triton.testing.do_bench`` in method, but returns every sample's statistics and can replay a CUDA
+graph to take launch gaps out (``cuda_graph=True``) when a kernel's own time is the question.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in milliseconds over ``reps`` timed calls."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    min_ms: float
+    reps: int
+
+    @property
+    def spread(self) -> float:
+        """(p80 − p20) / median: the run-to-run spread a difference must beat to mean anything."""
+        return (self.p80_ms - self.p20_ms) / self.median_ms if self.median_ms else 0.0
+
+
+def _l2_flush_buffer() -> torch.Tensor:
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
+    return torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+
+
+def time_fn(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: float = 100.0,
+            flush_l2: bool = True, min_reps: int = 10, max_reps: int = 2000,
+            cuda_graph: bool = False) -> Timing:
+    """Time ``fn`` on the current CUDA stream.
+
+    Each timed call gets its own pair of events; with ``flush_l2`` a buffer twice the L2 size is zeroed
+    before every call (outside the events), so inputs come from device memory as they would in a model.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("timing needs a CUDA GPU; none is visible")
+    fn()
+    torch.cuda.synchronize()
+    call = fn
+    if cuda_graph:
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # warm caches / autotuners outside the capture
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        call = graph.replay
+    flush = _l2_flush_buffer() if flush_l2 else None
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        if flush is not None:
+            flush.zero_()
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-4)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        call()
+    reps = int(min(max_reps, max(min_reps, rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if flush is not None:
+            flush.zero_()
+        starts[i].record()
+        call()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
+    return Timing(statistics.median(times), q[1], q[7], times[0], reps)

@@ -1,0 +1,193 @@
+"""The checklist engine behind ``kw check``: every check case of a spec, forward and backward.
+
+For each case, on fresh seeded inputs:
+1. the reference on float64-upcast inputs is the ground truth; the reference on the native inputs is the
+   ``torch`` baseline that sets the error scale (see :mod:`kernelworks.check.compare`);
+2. the provider runs twice with outputs NaN-poisoned (and, on a GPU, the caching allocator dirtied with
+   NaN first, which catches unwritten elements in kernels that allocate with plain ``torch.empty``);
+3. the two runs must agree bit for bit (a moving result is a race), the inputs must be left unchanged,
+   and every output must pass the tolerance rule; NaN/Inf where the reference is finite fails;
+4. with ``grad_inputs``, the same for the gradients of a random upstream gradient.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelworks.check.compare import Comparison, bitwise_equal, compare
+from kernelworks.runtime.alloc import poison_outputs
+from kernelworks.runtime.device import default_device, has_gpu, interpreter_active
+from kernelworks.spec import Case, Inputs, OpSpec
+
+
+@dataclass
+class CaseResult:
+    """The verdict on one (case, mode) for one provider."""
+
+    op: str
+    case: Case
+    mode: str
+    provider: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    skipped: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.skipped and not self.problems and all(c.passed for c in self.comparisons)
+
+
+def as_outputs(out: Any) -> tuple[torch.Tensor, ...]:
+    """A provider's result as a tuple of outputs."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _tensors(inputs: Inputs) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def upcast(inputs: Inputs, dtype: torch.dtype = torch.float64) -> Inputs:
+    """Floating tensors cast to ``dtype`` (detached); everything else unchanged."""
+    return {k: v.detach().to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in inputs.items()}
+
+
+def _dirty_allocator(device: torch.device) -> None:
+    """Leave NaN in the caching allocator's free blocks, so ``torch.empty`` in a kernel's wrapper returns
+    NaN-filled memory and unwritten outputs are caught even without :func:`poison_outputs`."""
+    if device.type == "cuda":
+        # Small (<1 MiB) and large blocks live in separate pools: dirty both.
+        blocks = [torch.empty(1 << k, dtype=torch.float32, device=device) for k in range(6, 18) for _ in range(4)]
+        free, _ = torch.cuda.mem_get_info()
+        blocks.append(torch.empty(min(free // 8, 1 << 28) // 4, dtype=torch.float32, device=device))
+        for b in blocks:
+            b.fill_(float("nan"))
+        del blocks
+
+
+def with_grad_leaves(inputs: Inputs, names: Sequence[str], dtype: torch.dtype | None) -> Inputs:
+    """A copy of ``inputs`` whose ``names`` are fresh leaves (optionally cast) that require grad."""
+    out = dict(inputs)
+    for n in names:
+        t = inputs[n].detach()
+        out[n] = (t.to(dtype) if dtype is not None else t).requires_grad_(True)
+    return out
+
+
+def _grads(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad_outs: Sequence[torch.Tensor],
+           dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    leaves = with_grad_leaves(inputs, names, dtype)
+    outs = [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
+    gos = [g.to(o.dtype) for g, o in zip(grad_outs, outs)]
+    return torch.autograd.grad(outs, [leaves[n] for n in names], gos)
+
+
+def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device: torch.device | None = None,
+               seed: int = 0, modes: Iterable[str] | None = None) -> list[CaseResult]:
+    """Run the checklist for one case; returns one result per mode (``fwd``, and ``bwd`` with gradients)."""
+    device = device or default_device()
+    name = provider or spec.subject
+    prov = spec.all_providers()[name]
+    modes = [m for m in (modes or spec.modes) if m in spec.modes]
+    results = {m: CaseResult(spec.name, case, m, name) for m in modes}
+
+    def skip_all(reason: str) -> list[CaseResult]:
+        for r in results.values():
+            r.skipped = reason
+        return list(results.values())
+
+    if "gpu" in case.tags and device.type != "cuda":
+        return skip_all("GPU-only case (too large for the interpreter)")
+    ok, why = prov.available()
+    if not ok:
+        return skip_all(why)
+
+    torch.manual_seed(seed)
+    inputs = spec.inputs(case, device)
+    snapshot = {k: v.clone() for k, v in _tensors(inputs).items()}
+    ref = as_outputs(spec.reference(**upcast(inputs)))
+    base = as_outputs(spec.reference(**inputs))
+    tol = spec.tolerance(case.dtype)
+
+    if "fwd" in results:
+        res, t0 = results["fwd"], time.perf_counter()
+        try:
+            _dirty_allocator(device)
+            with poison_outputs():
+                first = as_outputs(prov.fn(**inputs))
+                second = as_outputs(prov.fn(**inputs))
+        except NotImplementedError as e:
+            res.skipped = f"unsupported: {e}"
+        except Exception as e:  # a provider crash is a failed check, reported with its message
+            res.problems.append(f"raised {type(e).__name__}: {e}")
+        else:
+            if len(first) != len(ref):
+                res.problems.append(f"returned {len(first)} output(s), the reference {len(ref)}")
+            for i, (o, r, b) in enumerate(zip(first, ref, base)):
+                label = "out" if len(ref) == 1 else f"out[{i}]"
+                res.comparisons.append(compare(label, o, r, b, tol, expected_dtype=b.dtype))
+                if spec.deterministic and not bitwise_equal(o, second[i]):
+                    res.problems.append(f"{label}: two runs on the same inputs differ (race or nondeterminism)")
+            for k, v in _tensors(inputs).items():
+                if not bitwise_equal(v, snapshot[k]):
+                    res.problems.append(f"input {k!r} was modified")
+        res.seconds = time.perf_counter() - t0
+
+    if "bwd" in results:
+        res, t0 = results["bwd"], time.perf_counter()
+        names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
+        if not prov.supports_backward:
+            res.skipped = "provider has no backward"
+        else:
+            grad_outs = [torch.randn(r.shape, dtype=torch.float64, device=device) for r in ref
+                         if r.is_floating_point()]
+            try:
+                ref_g = _grads(spec.reference, upcast(inputs), names, grad_outs)
+                base_g = _grads(spec.reference, inputs, names, grad_outs)
+                _dirty_allocator(device)
+                with poison_outputs():
+                    g1 = _grads(prov.fn, inputs, names, grad_outs)
+                    g2 = _grads(prov.fn, inputs, names, grad_outs)
+            except NotImplementedError as e:
+                res.skipped = f"unsupported: {e}"
+            except Exception as e:
+                res.problems.append(f"raised {type(e).__name__}: {e}")
+            else:
+                for n, a, r, b, a2 in zip(names, g1, ref_g, base_g, g2):
+                    res.comparisons.append(compare(f"grad {n}", a, r, b, tol, expected_dtype=b.dtype))
+                    if spec.deterministic and not bitwise_equal(a, a2):
+                        res.problems.append(f"grad {n}: two runs differ (race or nondeterminism)")
+        res.seconds = time.perf_counter() - t0
+    return list(results.values())
+
+
+def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str | None = None,
+              device: torch.device | None = None, seed: int = 0, tags: Iterable[str] | None = None,
+              progress: bool = False) -> list[CaseResult]:
+    """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them."""
+    chosen = spec.find_cases(cases, bench=False)
+    if tags is not None:
+        wanted = set(tags)
+        chosen = [c for c in chosen if c.tags & wanted]
+    iterator: Iterable[tuple[int, Case]] = enumerate(chosen)
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(list(iterator), desc=f"check {spec.name}", unit="case", leave=False)
+    out: list[CaseResult] = []
+    for i, c in iterator:
+        out.extend(check_case(spec, c, provider=provider, device=device, seed=seed + i))
+    return out
+
+
+def where_checks_run() -> str:
+    """A phrase for reports: where kernels ran for this check."""
+    if has_gpu() and not interpreter_active():
+        return f"GPU ({torch.cuda.get_device_name()})"
+    return "CPU, Triton interpreter"

@@ -1,0 +1,75 @@
+"""``kw report``: the main job. Check every registered op, time them when a GPU is present, and write a
+Markdown report with tables and plots. With no GPU it still runs the checks (in Triton's interpreter)
+and says that timings need a GPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from kernelworks.check import check_table, run_check, summarize
+from kernelworks.check.engine import CaseResult, where_checks_run
+from kernelworks.spec import registry
+from kernelworks.tables import markdown_table
+
+
+def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None = None,
+                bench: bool = True) -> tuple[Path, bool]:
+    """Write ``out_dir/report.md`` (+ results and plots); returns (path, all checks passed)."""
+    import triton
+
+    from kernelworks.runtime.device import device_name
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specs = registry()
+    if ops is not None:
+        specs = {k: v for k, v in specs.items() if k in set(ops)}
+    tags = None if full else ["quick"]
+    started = time.perf_counter()
+    lines = ["# kernelworks report", "",
+             f"Device: {device_name()} · torch {torch.__version__} · triton {triton.__version__} · "
+             f"{'full' if full else 'quick (cases tagged quick; --full for all)'}", ""]
+
+    all_results: dict[str, list[CaseResult]] = {}
+    for name, spec in specs.items():
+        all_results[name] = run_check(spec, tags=tags, progress=True)
+    summary_rows = []
+    for name, results in all_results.items():
+        p, f, s = summarize(results)
+        summary_rows.append([name, p, f, s, "ok" if f == 0 else "FAIL"])
+    ok = all(r[2] == 0 for r in summary_rows)
+    lines += [f"## Correctness ({where_checks_run()})", "",
+              markdown_table(["op", "passed", "failed", "skipped", "verdict"], summary_rows), "",
+              "<details><summary>every comparison</summary>", "",
+              check_table([r for rs in all_results.values() for r in rs], markdown=True), "", "</details>", ""]
+
+    lines += ["## Speed", ""]
+    if not torch.cuda.is_available():
+        lines += ["No CUDA GPU is visible: timings need one (the interpreter's times mean nothing). "
+                  "Run `kw report` on a GPU machine, or see `benchmarks/BENCHMARKS.md` for committed results.", ""]
+    elif bench:
+        from kernelworks.bench import run_bench
+        from kernelworks.bench.render import op_markdown, plot_op
+        from kernelworks.bench.results import environment, save
+        from kernelworks.hardware import ceilings
+
+        ceil = ceilings()
+        env = environment(ceil)
+        for name, spec in specs.items():
+            records = run_bench(spec, tags=tags, ceil=ceil)
+            save(records, name, env, out_dir / "results")
+            result = {"op": name, "environment": env, "records": [r.as_dict() for r in records]}
+            lines.append(op_markdown(result, subject=spec.subject))
+            try:
+                for png in plot_op(result, out_dir / "plots"):
+                    lines.append(f"\n![{name}]({png.relative_to(out_dir).as_posix()})")
+            except ImportError:
+                lines.append("\n(plots need matplotlib: pip install 'kernelworks[plot]')")
+            lines.append("")
+    lines.append(f"_Took {time.perf_counter() - started:.0f} s._")
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path, ok

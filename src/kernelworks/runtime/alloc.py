@@ -1,0 +1,38 @@
+"""Output allocation. Under :func:`poison_outputs` every output is NaN-filled first, so an element the kernel
+fails to write shows up as NaN in ``kw check`` instead of passing on stale memory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+
+import torch
+
+_POISON: ContextVar[bool] = ContextVar("kernelworks_poison_outputs", default=False)
+
+
+@contextlib.contextmanager
+def poison_outputs(enabled: bool = True) -> Iterator[None]:
+    """Within this block, :func:`empty` and :func:`empty_like` return NaN-filled (int: -1-filled) tensors."""
+    token = _POISON.set(enabled)
+    try:
+        yield
+    finally:
+        _POISON.reset(token)
+
+
+def _poison(t: torch.Tensor) -> torch.Tensor:
+    if _POISON.get():
+        t.fill_(float("nan") if t.is_floating_point() else -1)
+    return t
+
+
+def empty(shape: Sequence[int], *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``torch.empty`` that honours :func:`poison_outputs`; every op allocates its outputs through this."""
+    return _poison(torch.empty(tuple(shape), dtype=dtype, device=device))
+
+
+def empty_like(t: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Contiguous ``torch.empty`` shaped like ``t`` that honours :func:`poison_outputs`."""
+    return empty(t.shape, dtype=dtype or t.dtype, device=t.device)

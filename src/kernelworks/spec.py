@@ -1,0 +1,294 @@
+"""The contract between the library and the workbench.
+
+An op is described once, next to its kernels, by an :class:`OpSpec`: the reference math, an input maker,
+named cases, a cost model, a tolerance rule and the providers that compute the same thing. ``kw check``,
+``kw bench`` and ``kw report`` only ever talk to specs, so a user's own kernel gets the same treatment as
+ours::
+
+    SPEC = OpSpec(
+        name="my_relu",
+        reference=lambda x: torch.relu(x),
+        inputs=lambda case, device: {"x": randn(case["rows"], case["cols"], case=case, device=device)},
+        check_cases=[Case("odd", {"rows": 3, "cols": 7}, torch.float32)],
+        bench_cases=[Case("8k", {"rows": 8192, "cols": 8192}, torch.bfloat16)],
+        cost=lambda case, mode: Cost(bytes=2 * case["rows"] * case["cols"] * case.itemsize),
+        providers={"mine": Provider("mine", my_relu)},
+        subject="mine",
+    )
+
+Then ``kw check path/to/file.py:SPEC`` or ``kernelworks.check(SPEC)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+Inputs = dict[str, Any]
+"""Keyword arguments for a provider: tensors and plain options (``approximate="tanh"``)."""
+
+MODES = ("fwd", "bwd")
+"""Bench/check directions. ``bwd`` is the backward pass alone (the forward runs outside the timed region)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One named shape/dtype/layout point of an op.
+
+    ``params`` holds whatever the spec's input maker and cost model read (sizes, layout flags); tags mark
+    subsets: ``"gpu"`` (too large for the CPU interpreter), ``"quick"`` (in ``kw report``'s default run).
+    """
+
+    name: str
+    params: Mapping[str, Any]
+    dtype: torch.dtype = torch.float32
+    tags: frozenset[str] = frozenset()
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of the case's dtype."""
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def id(self) -> str:
+        """Readable id used in tables and test names, e.g. ``odd_rows-bf16``."""
+        return f"{self.name}-{dtype_name(self.dtype)}"
+
+
+def case(name: str, dtype: torch.dtype = torch.float32, *, tags: Iterable[str] = (), **params: Any) -> Case:
+    """Shorthand for ``Case(name, params, dtype, tags)``."""
+    return Case(name, dict(params), dtype, frozenset(tags))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Work of one call: floating-point operations and the fewest bytes that must cross device memory."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Closeness rule for one dtype.
+
+    An output passes when ``max(|out - ref| - rtol·|ref|) <= factor · baseline_err + atol``, where ``ref`` is
+    the reference in float64 and ``baseline_err`` the max abs error of PyTorch doing the same math in the
+    input dtype (the rule trusted attention libraries use). ``atol`` is the floor that keeps fp32 cases,
+    whose baseline error is ~0, from demanding bit equality.
+    """
+
+    atol: float
+    rtol: float = 0.0
+    factor: float = 2.0
+
+
+_DEFAULT_TOLERANCES = {
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-5),
+    torch.float16: Tolerance(atol=1e-3, rtol=1e-3),
+    torch.bfloat16: Tolerance(atol=8e-3, rtol=8e-3),
+    torch.float64: Tolerance(atol=1e-10, rtol=1e-10),
+}
+
+
+def default_tolerance(dtype: torch.dtype) -> Tolerance:
+    """The project's default rule per dtype (one table; ops tighten or widen it in their spec, with a why)."""
+    return _DEFAULT_TOLERANCES.get(dtype, Tolerance(atol=0.0))
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A named callable computing the op: ``fn(**inputs) -> Tensor | tuple[Tensor, ...]``.
+
+    ``requires`` lists modules that must import (peers such as ``liger_kernel``); a provider whose
+    requirements are missing is skipped with a note, never an error. ``gpu_only`` marks providers that cannot
+    run under the CPU interpreter.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    requires: tuple[str, ...] = ()
+    gpu_only: bool = False
+    supports_backward: bool = True
+
+    def available(self) -> tuple[bool, str]:
+        """``(True, "")`` when usable here, else ``(False, reason)``."""
+        for module in self.requires:
+            if importlib.util.find_spec(module) is None:
+                return False, f"{module} is not installed"
+        if self.gpu_only and not torch.cuda.is_available():
+            return False, "needs a CUDA GPU"
+        return True, ""
+
+
+@dataclass
+class OpSpec:
+    """Everything the workbench needs to know about one op. See the module docstring for an example.
+
+    Fields:
+        name: registry key (``softmax``, ``swiglu``).
+        reference: the math in PyTorch eager; called on float64-upcast inputs as the ground truth and on the
+            native inputs as the ``torch`` baseline provider.
+        inputs: ``inputs(case, device) -> Inputs``; random, valid, never zeros. Seeded by the caller.
+        check_cases / bench_cases: the checklist and the real-model shapes.
+        cost: ``cost(case, mode) -> Cost`` with ``mode`` in :data:`MODES`.
+        providers: implementations by name; ``torch`` and ``torch.compile`` are derived from ``reference``
+            unless ``baselines`` says otherwise.
+        subject: the provider under test (ours: ``kernelworks``).
+        grad_inputs: names of inputs that receive gradients; empty means forward-only.
+        tolerance: ``tolerance(dtype) -> Tolerance``.
+        deterministic: repeated runs on the same inputs must agree bit for bit.
+        configs: tunable kernels' search space.
+    """
+
+    name: str
+    reference: Callable[..., Any]
+    inputs: Callable[[Case, torch.device], Inputs]
+    check_cases: Sequence[Case]
+    bench_cases: Sequence[Case]
+    cost: Callable[[Case, str], Cost]
+    providers: Mapping[str, Provider]
+    subject: str = "kernelworks"
+    grad_inputs: tuple[str, ...] = ()
+    tolerance: Callable[[torch.dtype], Tolerance] = default_tolerance
+    deterministic: bool = True
+    baselines: tuple[str, ...] = ("torch", "torch.compile")
+    configs: Sequence[Mapping[str, Any]] = ()
+    description: str = ""
+    _compiled_reference: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.subject not in self.providers:
+            raise ValueError(f"spec {self.name!r}: subject {self.subject!r} is not among its providers "
+                             f"{sorted(self.providers)}")
+        unknown = set(self.baselines) - {"torch", "torch.compile"}
+        if unknown:
+            raise ValueError(f"spec {self.name!r}: unknown derived baselines {sorted(unknown)}")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """``("fwd",)`` or ``("fwd", "bwd")`` when the op has gradients."""
+        return MODES if self.grad_inputs else ("fwd",)
+
+    def all_providers(self) -> dict[str, Provider]:
+        """The spec's providers plus the baselines derived from the reference (eager and torch.compile)."""
+        out: dict[str, Provider] = {}
+        if "torch" in self.baselines:
+            out["torch"] = Provider("torch", self.reference)
+        if "torch.compile" in self.baselines:
+            out["torch.compile"] = Provider("torch.compile", self._compiled, gpu_only=True)
+        out.update(self.providers)
+        return out
+
+    def _compiled(self, **inputs: Any) -> Any:
+        if self._compiled_reference is None:
+            self._compiled_reference = torch.compile(self.reference, dynamic=False)
+        return self._compiled_reference(**inputs)
+
+    def find_cases(self, names: Iterable[str] | None, *, bench: bool) -> list[Case]:
+        """Cases by name or id (all of the set when ``names`` is None); unknown names raise ``KeyError``."""
+        pool = list(self.bench_cases if bench else self.check_cases)
+        if names is None:
+            return pool
+        wanted = list(names)
+        chosen = [c for c in pool if c.name in wanted or c.id in wanted]
+        missing = [n for n in wanted if not any(n in (c.name, c.id) for c in pool)]
+        if missing:
+            kind = "bench" if bench else "check"
+            raise KeyError(f"spec {self.name!r} has no {kind} case named {missing}; "
+                           f"known: {[c.id for c in pool]}")
+        return chosen
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Add a spec to the registry (its name must be new) and return it."""
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"an op spec named {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def registry() -> dict[str, OpSpec]:
+    """All registered specs by name (importing :mod:`kernelworks.ops` registers ours)."""
+    importlib.import_module("kernelworks.ops")
+    return dict(sorted(_REGISTRY.items()))
+
+
+def load_spec(target: str) -> OpSpec:
+    """Resolve ``NAME`` (registered op), ``path/to/file.py:ATTR`` or ``package.module:ATTR`` to a spec."""
+    if ":" not in target:
+        specs = registry()
+        if target not in specs:
+            raise KeyError(f"no op named {target!r}; registered: {', '.join(specs)}")
+        return specs[target]
+    where, attr = target.rsplit(":", 1)
+    if where.endswith(".py") or Path(where).exists():
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file: {where}")
+        module_name = f"_kw_user_{path.stem}_{abs(hash(path)) & 0xFFFF:x}"
+        loader_spec = importlib.util.spec_from_file_location(module_name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ImportError(f"cannot import {where}")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[module_name] = module
+        loader_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    spec = getattr(module, attr, None)
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"{target}: expected an OpSpec, found {type(spec).__name__}")
+    return spec
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+_DTYPE_NAMES = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Short name used in case ids and tables (``bf16``)."""
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """Inverse of :func:`dtype_name`, also accepting torch names (``bfloat16``)."""
+    for dtype, short in _DTYPE_NAMES.items():
+        if name in (short, str(dtype).replace("torch.", "")):
+            return dtype
+    raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(_DTYPE_NAMES.values())}")
+
+
+def randn(shape: Sequence[int], case: Case, device: torch.device | str, *, scale: float = 1.0,
+          row_padding: int = 0) -> torch.Tensor:
+    """Normal random tensor in the case's dtype (never zeros).
+
+    ``row_padding > 0`` returns a non-contiguous view: the last dimension is carved out of rows that are
+    ``row_padding`` elements longer, so the row stride differs from the row length (the layout a slice of a
+    fused projection has).
+    """
+    shape = tuple(shape)
+    full = (*shape[:-1], shape[-1] + row_padding) if shape else shape
+    t = torch.randn(full, device=device, dtype=torch.float32).mul_(scale).to(case.dtype)
+    return t[..., : shape[-1]] if row_padding else t

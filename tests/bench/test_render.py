@@ -1,0 +1,51 @@
+"""Results files, BENCHMARKS.md and plots from synthetic records (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+
+from kernelworks.bench.engine import BenchRecord
+from kernelworks.bench.render import bench_table, op_markdown, render
+from kernelworks.bench.results import gpu_slug, save
+
+ENV = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11", "triton": "3.6.0", "commit": "abc", "date": "d",
+       "ceilings": {"source": "measured", "bandwidth_gbs": 3000.0, "tflops": {"bf16": 700.0}}}
+
+
+def _records():
+    out = []
+    for cols in (256, 1024):
+        for prov, ms in (("kernelworks", 0.1), ("torch", 0.2), ("liger", None)):
+            status = "ok" if ms else "skipped: liger_kernel is not installed"
+            out.append(BenchRecord("softmax", f"sweep{cols}-bf16", {"cols": cols}, "bf16", "fwd", prov, status,
+                                   median_ms=ms, gbs=1000 / (ms or 1), tflops=0.1, pct_sol=50.0,
+                                   sweep="cols"))
+    out.append(BenchRecord("softmax", "8k-bf16", {"rows": 8192}, "bf16", "fwd", "kernelworks", "ok",
+                           median_ms=0.05, gbs=2800.0, tflops=0.1, pct_sol=93.0))
+    return out
+
+
+def test_speedup_columns():
+    table = bench_table(_records())
+    line = next(ln for ln in table.splitlines() if "sweep256" in ln and " torch " in ln)
+    assert " 2 " in line + " "  # kernelworks is 0.2 / 0.1 = 2× torch
+    md = op_markdown({"op": "softmax", "records": [r.as_dict() for r in _records()]})
+    assert "| sweep256-bf16 | 100 (10000) | 200 (5000) | skipped | 2 |" in md
+
+
+def test_save_render_and_plot(tmp_path):
+    root = tmp_path / "results"
+    path = save(_records(), "softmax", ENV, root)
+    assert path == root / "h100-80gb-hbm3" / "softmax.json"
+    assert json.loads(path.read_text())["environment"]["gpu"] == ENV["gpu"]
+    md = render(root, tmp_path / "BENCHMARKS.md", tmp_path / "plots")
+    text = md.read_text()
+    assert "## NVIDIA H100 80GB HBM3" in text and "### softmax" in text
+    pngs = sorted(p.name for p in (tmp_path / "plots" / "h100-80gb-hbm3").glob("*.png"))
+    assert pngs == ["softmax-fwd-sweep.png", "softmax-fwd.png"]
+    assert "plots/h100-80gb-hbm3/softmax-fwd-sweep.png" in text
+
+
+def test_gpu_slug():
+    assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert gpu_slug(None) == "cpu"

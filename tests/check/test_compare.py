@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.check import bitwise_equal, compare
+from kernelworks.spec import Tolerance
+
+TOL = Tolerance(atol=1e-3, rtol=0.0, factor=2.0)
+
+
+def test_error_scale_follows_the_baseline():
+    ref = torch.linspace(-1, 1, 11, dtype=torch.float64)
+    base = ref + 0.01  # PyTorch in low precision is off by 0.01
+    assert compare("o", ref + 0.015, ref, base, TOL).passed  # within 2 × 0.01 + 1e-3
+    bad = compare("o", ref + 0.03, ref, base, TOL)
+    assert not bad.passed and bad.allowed == pytest.approx(2 * 0.01 + 1e-3)
+
+
+def test_metrics():
+    ref = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+    c = compare("o", torch.tensor([1.0, 2.0, 5.0]), ref, None, TOL)
+    assert c.max_abs == 1.0
+    assert abs(c.rel_l2 - 1.0 / ref.norm().item()) < 1e-12
+    assert not c.passed
+
+
+def test_matching_infinities_pass_and_nan_mismatch_fails():
+    ref = torch.tensor([float("-inf"), 0.5], dtype=torch.float64)
+    assert compare("o", torch.tensor([float("-inf"), 0.5]), ref, None, TOL).passed
+    c = compare("o", torch.tensor([float("nan"), 0.5]), ref, None, TOL)
+    assert not c.passed and "non-finite" in c.problem
+
+
+def test_shape_mismatch():
+    c = compare("o", torch.zeros(3), torch.zeros(4, dtype=torch.float64), None, TOL)
+    assert not c.passed and "shape" in c.problem
+
+
+def test_bitwise_equal_treats_nan_as_equal():
+    a = torch.tensor([1.0, float("nan")])
+    assert bitwise_equal(a, a.clone())
+    assert not bitwise_equal(a, torch.tensor([1.0, 2.0]))

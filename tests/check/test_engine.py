@@ -1,0 +1,120 @@
+"""The checklist engine must catch each class of bug it claims to: every test here plants one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.check import check_case, check_table, run_check, summarize
+from kernelworks.runtime import empty_like
+from kernelworks.spec import Case, Cost, OpSpec, Provider, randn
+
+CASE = Case("small", {"rows": 5, "cols": 33}, torch.float16)
+
+
+def _spec(fn, *, grad: bool = False, deterministic: bool = True) -> OpSpec:
+    return OpSpec(
+        name="t_gelu",
+        reference=lambda x: torch.nn.functional.gelu(x),
+        inputs=lambda case, device: {"x": randn((case["rows"], case["cols"]), case, device)},
+        check_cases=[CASE, Case("big", {"rows": 2, "cols": 3}, torch.float32, frozenset({"gpu"}))],
+        bench_cases=[],
+        cost=lambda case, mode: Cost(),
+        providers={"p": Provider("p", fn)},
+        subject="p",
+        grad_inputs=("x",) if grad else (),
+        deterministic=deterministic,
+        baselines=("torch",),
+    )
+
+
+def _fwd(spec: OpSpec):
+    (res,) = [r for r in check_case(spec, CASE) if r.mode == "fwd"]
+    return res
+
+
+def test_correct_provider_passes():
+    res = _fwd(_spec(torch.nn.functional.gelu))
+    assert res.passed, check_table([res])
+    assert res.comparisons[0].max_abs < 1e-2
+
+
+def test_wrong_values_fail():
+    res = _fwd(_spec(lambda x: torch.nn.functional.gelu(x) * 1.02))
+    assert not res.passed
+    assert "beyond tolerance" in res.comparisons[0].problem
+
+
+def test_unwritten_element_is_caught_by_poisoning():
+    def leaves_last(x):
+        y = empty_like(x)
+        y.view(-1)[:-1] = torch.nn.functional.gelu(x).reshape(-1)[:-1]
+        return y
+
+    res = _fwd(_spec(leaves_last))
+    assert not res.passed
+    assert "NaN where the reference is finite" in res.comparisons[0].problem
+    assert "(4, 32)" in res.comparisons[0].problem  # names the position
+
+
+def test_moving_result_is_reported_as_race():
+    res = _fwd(_spec(lambda x: torch.nn.functional.gelu(x) + 1e-4 * torch.rand_like(x), deterministic=True))
+    assert any("two runs" in p for p in res.problems)
+
+
+def test_modified_input_is_reported():
+    def clobbers(x):
+        y = torch.nn.functional.gelu(x)
+        x.mul_(2)
+        return y
+
+    res = _fwd(_spec(clobbers))
+    assert any("input 'x' was modified" in p for p in res.problems)
+
+
+def test_wrong_dtype_fails():
+    res = _fwd(_spec(lambda x: torch.nn.functional.gelu(x.float())))
+    assert not res.passed and "dtype fp32, want fp16" in res.comparisons[0].problem
+
+
+def test_provider_exception_is_a_failure_not_a_crash():
+    def boom(x):
+        raise RuntimeError("kernel exploded")
+
+    res = _fwd(_spec(boom))
+    assert not res.passed and "kernel exploded" in res.problems[0]
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.gelu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g  # forgets the derivative of gelu
+
+
+def test_wrong_gradient_fails_backward_only():
+    results = {r.mode: r for r in check_case(_spec(_WrongGrad.apply, grad=True), CASE)}
+    assert results["fwd"].passed
+    assert not results["bwd"].passed
+    assert results["bwd"].comparisons[0].output == "grad x"
+
+
+def test_right_gradient_passes():
+    results = check_case(_spec(torch.nn.functional.gelu, grad=True), CASE)
+    assert [r.mode for r in results] == ["fwd", "bwd"]
+    assert all(r.passed for r in results), check_table(results)
+
+
+def test_gpu_cases_skip_on_cpu_and_summary_counts():
+    results = run_check(_spec(torch.nn.functional.gelu), device=torch.device("cpu"))
+    assert summarize(results) == (1, 0, 1)
+    assert "GPU-only" in results[1].skipped
+
+
+def test_unknown_case_name_is_a_clear_error():
+    with pytest.raises(KeyError, match="no check case named"):
+        run_check(_spec(torch.nn.functional.gelu), ["nope"])

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.runtime import check_float_tensor, check_same_dtype, check_same_shape, empty, poison_outputs
+from kernelworks.runtime.launch import row_launch
+from kernelworks.runtime.layout import as_rows
+
+
+def test_validation_messages_name_the_argument():
+    with pytest.raises(TypeError, match=r"x: expected a torch.Tensor, got list"):
+        check_float_tensor("x", [1.0])
+    with pytest.raises(TypeError, match=r"x: expected dtype float32, float16, bfloat16, got int64"):
+        check_float_tensor("x", torch.ones(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"x: expected a non-empty tensor, got shape \(0, 4\)"):
+        check_float_tensor("x", torch.ones(0, 4))
+    with pytest.raises(ValueError, match=r"x: expected at least 2 dimension"):
+        check_float_tensor("x", torch.ones(4), min_dim=2)
+    with pytest.raises(TypeError, match="gate=float32, up=float16"):
+        check_same_dtype(["gate", "up"], [torch.ones(1), torch.ones(1, dtype=torch.float16)])
+    with pytest.raises(ValueError, match=r"gate=\(2,\), up=\(3,\)"):
+        check_same_shape(["gate", "up"], [torch.ones(2), torch.ones(3)])
+
+
+def test_as_rows_keeps_the_row_stride_of_a_slice():
+    fused = torch.randn(2, 3, 10)
+    gate = fused[..., :5]
+    rows = as_rows(gate)
+    assert rows.shape == (6, 5) and rows.stride() == (10, 1)
+    assert rows.data_ptr() == gate.data_ptr()
+    assert torch.equal(rows, gate.reshape(6, 5))
+    t = torch.randn(5, 4).t()  # unit stride lost: copied on purpose
+    assert torch.equal(as_rows(t), t.contiguous())
+
+
+def test_poison_outputs():
+    with poison_outputs():
+        assert empty((3,), dtype=torch.float32, device="cpu").isnan().all()
+        assert (empty((3,), dtype=torch.int32, device="cpu") == -1).all()
+
+
+def test_row_launch_packs_short_rows():
+    short = row_launch(100, 10_000)
+    assert short.BLOCK_N == 128 and short.ROWS >= 8
+    long = row_launch(8192, 8192)
+    assert long.BLOCK_N == 8192 and long.ROWS == 1

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelworks.spec import Case, Cost, OpSpec, Provider, dtype_name, load_spec, parse_dtype, randn, registry
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "user_kernel.py"
+
+
+def test_registry_has_the_first_ops():
+    names = set(registry())
+    assert {"gelu", "silu", "swiglu", "geglu", "softmax", "log_softmax"} <= names
+
+
+def test_every_registered_spec_is_complete():
+    for name, spec in registry().items():
+        assert spec.check_cases, name
+        assert spec.bench_cases, name
+        assert "kernelworks" in spec.providers, name
+        ids = [c.id for c in spec.check_cases]
+        assert len(ids) == len(set(ids)), f"{name}: duplicate check case ids"
+        for c in spec.bench_cases:
+            for mode in spec.modes:
+                cost = spec.cost(c, mode)
+                assert cost.bytes > 0, f"{name} {c.id} {mode}: a cost model must count bytes"
+
+
+def test_quick_subset_exists_for_report():
+    for name, spec in registry().items():
+        assert any("quick" in c.tags for c in spec.check_cases), name
+
+
+def test_load_spec_from_file_and_name():
+    spec = load_spec(f"{EXAMPLE}:SPEC")
+    assert spec.name == "user_leaky_relu" and spec.subject == "mine"
+    assert load_spec("softmax").name == "softmax"
+    with pytest.raises(KeyError, match="no op named"):
+        load_spec("no_such_op")
+    with pytest.raises(TypeError, match="expected an OpSpec"):
+        load_spec(f"{EXAMPLE}:reference")
+
+
+def test_subject_must_be_a_provider():
+    with pytest.raises(ValueError, match="subject"):
+        OpSpec("x", torch.relu, lambda c, d: {}, [], [], lambda c, m: Cost(), {"a": Provider("a", torch.relu)},
+               subject="b")
+
+
+def test_derived_baselines():
+    spec = load_spec(f"{EXAMPLE}:SPEC")
+    assert list(spec.all_providers()) == ["torch", "torch.compile", "mine"]
+    assert spec.all_providers()["torch.compile"].gpu_only
+
+
+def test_randn_padding_makes_a_strided_view():
+    c = Case("c", {}, torch.bfloat16)
+    t = randn((3, 5), c, "cpu", row_padding=3)
+    assert t.shape == (3, 5) and t.stride() == (8, 1) and t.dtype == torch.bfloat16
+    assert not t.is_contiguous() and t.abs().sum() > 0
+
+
+def test_dtype_names_round_trip():
+    for d in (torch.float32, torch.float16, torch.bfloat16):
+        assert parse_dtype(dtype_name(d)) is d
+    with pytest.raises(ValueError):
+        parse_dtype("fp7")
