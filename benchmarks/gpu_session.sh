@@ -6,6 +6,9 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/results"
+# The device gets a copy of the tree without .git: pass the commit in (gpu_session.sh writes it when run
+# where git works, e.g. `git rev-parse --short=12 HEAD > .commit` before sending the tree).
+[ -f .commit ] && export KERNELWORKS_COMMIT=$(cat .commit)
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNELWORKS_CACHE=$OUT/cache
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \

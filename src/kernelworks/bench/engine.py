@@ -104,6 +104,10 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
         bar = tqdm(total=len(jobs), desc=f"bench {spec.name}", unit="run", leave=False)
     records: list[BenchRecord] = []
     for case in chosen:
+        # A fresh dynamo cache per case: the torch.compile baseline recompiles the reference for every
+        # shape and grad mode, and past dynamo's recompile limit (8) it silently runs eagerly instead.
+        torch._dynamo.reset()
+        spec._compiled_reference = None
         torch.manual_seed(0)
         inputs = spec.inputs(case, torch.device("cuda"))
         ref = base = ()

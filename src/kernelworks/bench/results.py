@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import re
 import subprocess
@@ -18,7 +19,10 @@ from kernelworks.hardware import Ceilings
 
 
 def git_commit(cwd: Path | None = None) -> str:
-    """The current commit (with ``-dirty`` when the tree has changes), or ``unknown`` outside git."""
+    """The current commit (with ``-dirty`` when the tree has changes); ``KERNELWORKS_COMMIT`` when set
+    (a copy of the tree with no ``.git``, as on a lent GPU machine), else ``unknown`` outside git."""
+    if os.environ.get("KERNELWORKS_COMMIT"):
+        return os.environ["KERNELWORKS_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()

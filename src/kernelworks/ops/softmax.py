@@ -44,11 +44,11 @@ ONE_PASS_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
 """Longest row (32768) the one-pass kernels hold in registers as fp32; longer rows take the looped kernels.
 Measured on an H100, bf16, 64M elements: one pass at 32768 columns runs at 92% of copy bandwidth forward
 and 96% backward (y and dy both held), against 80% / 68% looped; at 65536 it spills (73% / 14%)."""
-LOOPED_FWD = ((65536, 8192, 16), (None, 16384, 16))
-"""Looped forward ``(up to n_cols, TILE, warps)``, first match: 16 fp32 values a thread, 16-byte loads.
-Measured (H100, bf16): 8192/16 best at 65536 columns (82% of copy), 16384/16 at 131072 (75%)."""
-LOOPED_BWD = (16384, 32)
-"""Looped backward ``(TILE, warps)``: ahead of 8192/16 by 5-20% at 65536 to 262144 columns (H100, bf16)."""
+# Looped kernels' tiles (columns per step) and warps: 16 fp32 values a thread, 16-byte loads. Measured on an
+# H100 (bf16): forward 8192/16 is best up to 65536 columns (82% of copy), 16384/16 past it (75% at 131072);
+# backward 16384/32 beats 8192/16 by 5-20% from 65536 to 262144 columns.
+LOOP_FWD_TILE, LOOP_FWD_TILE_LONG, LOOP_FWD_WARPS = 8192, 16384, 16
+LOOP_BWD_TILE, LOOP_BWD_WARPS = 16384, 32
 
 # Under Triton's interpreter (CPU tests, `kw check` without a GPU) the looped kernels take over past 1024
 # columns with 256-column tiles, so tiny cases exercise both paths and the loops' masked tails. Speed is
@@ -66,10 +66,9 @@ def _plan(n_rows: int, n_cols: int, backward: bool = False) -> tuple[bool, tuple
             return True, (n_rows,), {"TILE": _INTERPRETER_LOOP_TILE, "num_warps": 1}
     elif n_cols > ONE_PASS_MAX_COLS:
         if backward:
-            tile, warps = LOOPED_BWD
-        else:
-            tile, warps = next((t, w) for limit, t, w in LOOPED_FWD if limit is None or n_cols <= limit)
-        return True, (n_rows,), {"TILE": tile, "num_warps": warps}
+            return True, (n_rows,), {"TILE": LOOP_BWD_TILE, "num_warps": LOOP_BWD_WARPS}
+        tile = LOOP_FWD_TILE if n_cols <= 65536 else LOOP_FWD_TILE_LONG
+        return True, (n_rows,), {"TILE": tile, "num_warps": LOOP_FWD_WARPS}
     cfg = row_launch(n_cols, n_rows)
     return False, (triton.cdiv(n_rows, cfg.ROWS),), {"BLOCK_N": cfg.BLOCK_N, "ROWS": cfg.ROWS,
                                                       "num_warps": cfg.num_warps}

@@ -125,4 +125,4 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
         _COMPILED[key] = (compiled, tuple(constexprs[name] for name in names))
         return
     compiled, tail = hit
-    compiled[grid](*args, *tail)
+    compiled[(*grid, 1, 1)[:3]](*args, *tail)  # CompiledKernel reads grid[0..2]: pad a 1-D or 2-D grid
