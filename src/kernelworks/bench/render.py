@@ -24,7 +24,7 @@ def _by_case_mode(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[s
 
 
 def _speedup(subject: dict[str, Any] | None, other: dict[str, Any]) -> float | None:
-    if not subject or subject.get("median_ms") is None or other.get("median_ms") is None:
+    if not subject or subject.get("status") != "ok" or other.get("status") != "ok":
         return None
     return other["median_ms"] / subject["median_ms"]
 
@@ -50,7 +50,10 @@ def op_markdown(result: dict[str, Any], *, subject: str = SUBJECT) -> str:
     recs = result["records"]
     providers = list(dict.fromkeys(r["provider"] for r in recs))
     others = [p for p in providers if p != subject]
+    env = result.get("environment", {})
     parts = [f"### {result['op']}"]
+    if env:
+        parts.append(f"\nMeasured {env.get('date')} at commit {env.get('commit')}.")
     for mode in dict.fromkeys(r["mode"] for r in recs):
         headers = ["case", *[f"{p} µs (GB/s)" for p in providers], *[f"× {p}" for p in others],
                    f"{subject} % SOL"]
@@ -89,8 +92,7 @@ def benchmarks_markdown(results: Sequence[dict[str, Any]], plots: dict[str, list
         ceil = env.get("ceilings", {})
         out += [f"## {gpu}", "",
                 f"torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, "
-                f"liger-kernel {env.get('liger_kernel') or 'absent'}; commit {env.get('commit')}; "
-                f"{env.get('date')}.",
+                f"liger-kernel {env.get('liger_kernel') or 'absent'}.",
                 f"Ceilings ({ceil.get('source', '?')}): copy {fmt_num(ceil.get('bandwidth_gbs'))} GB/s, "
                 f"bf16 {fmt_num(ceil.get('tflops', {}).get('bf16'))} TFLOP/s.", ""]
         for res in sorted(items, key=lambda r: r["op"]):
