@@ -67,3 +67,16 @@ def test_dtype_names_round_trip():
         assert parse_dtype(dtype_name(d)) is d
     with pytest.raises(ValueError):
         parse_dtype("fp7")
+
+
+def test_python_api_functions_survive_subpackage_imports():
+    """``kernelworks.check``/``bench`` are functions; importing their subpackages must not rebind them."""
+    import importlib
+
+    import kernelworks
+
+    importlib.import_module("kernelworks.check.engine")
+    importlib.import_module("kernelworks.bench.render")
+    assert callable(kernelworks.check) and callable(kernelworks.bench)
+    results = kernelworks.check(load_spec(f"{EXAMPLE}:SPEC"), ["one_row"], verbose=False)
+    assert results and all(r.passed for r in results)

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+# Imported eagerly, before ``kernelworks/__init__`` binds the names ``check`` and ``bench`` to the functions
+# below: a subpackage imported for the first time later would overwrite ``kernelworks.check`` with itself.
+import kernelworks.bench
+import kernelworks.check  # noqa: F401
 from kernelworks.spec import OpSpec, load_spec
 
 

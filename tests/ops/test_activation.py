@@ -217,9 +217,9 @@ def test_opcheck(args, act, gated):
     up = inputs.get("up")
     if up is not None:
         up.requires_grad_()
-    torch.library.opcheck(api._activation, (x, up, act, gated))
+    torch.library.opcheck(api._apply.custom_op, (x, up, act, gated))
     grad_out = torch.randn(3, 10, device=DEVICE)
-    torch.library.opcheck(api._activation_backward, (grad_out, x.detach(), up if up is None else up.detach(),
+    torch.library.opcheck(api._apply.backward_op, (grad_out, x.detach(), up if up is None else up.detach(),
                                                      act, gated))
 
 

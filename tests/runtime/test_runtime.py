@@ -45,3 +45,25 @@ def test_row_launch_packs_short_rows():
     assert short.BLOCK_N == 128 and short.ROWS >= 8
     long = row_launch(8192, 8192)
     assert long.BLOCK_N == 8192 and long.ROWS == 1
+
+
+def test_torch_op_paths():
+    """Eager without grad: the plain forward; with grad: the autograd Function (named after the op);
+    under torch.compile: the custom op in the graph."""
+    import kernelworks as kw
+
+    x = torch.randn(3, 40)
+    y = kw.softmax(x)
+    assert y.grad_fn is None
+    xg = x.clone().requires_grad_()
+    assert type(kw.softmax(xg).grad_fn).__name__ == "SoftmaxFunctionBackward"
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(kw.softmax, backend=backend, fullgraph=True)(x)
+    assert any("kernelworks.softmax" in g for g in graphs)
+    torch.testing.assert_close(out, y, rtol=0, atol=0)

@@ -34,6 +34,7 @@ from kernelworks.runtime.alloc import empty_like
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, launch, row_launch
 from kernelworks.runtime.layout import as_rows
+from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
@@ -265,55 +266,38 @@ def log_softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------- torch.library and autograd
 
 
-def _define_ops(name: str, *, log: bool):
-    """Register ``kernelworks::<name>`` and ``kernelworks::<name>_bwd`` (the same kernels, ``LOG=log``)
-    with fake implementations and autograd that saves the output (both gradients need only y)."""
+def _define_op(name: str, *, log: bool) -> TorchOp:
+    """``kernelworks::<name>`` (+ ``_backward``): the same kernels with ``LOG=log``; autograd saves the
+    output, which is all either gradient needs."""
 
-    @torch.library.custom_op(f"kernelworks::{name}", mutates_args=())
-    def fwd_op(x: torch.Tensor) -> torch.Tensor:
+    def forward(x: torch.Tensor) -> torch.Tensor:
         return softmax_fwd(x, log=log)
 
-    @torch.library.custom_op(f"kernelworks::{name}_bwd", mutates_args=())
-    def bwd_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return softmax_bwd(dy, y, log=log)
 
-    @fwd_op.register_fake
-    def _(x: torch.Tensor) -> torch.Tensor:
+    def forward_fake(x: torch.Tensor) -> torch.Tensor:
         return x.new_empty(x.shape)  # contiguous, like the real output
 
-    @bwd_op.register_fake
-    def _(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def backward_fake(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return y.new_empty(y.shape)
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(output)
 
-    def backward(ctx, dy: torch.Tensor) -> torch.Tensor:
+    def input_grads(ctx, grads: tuple, bwd) -> torch.Tensor:
         (y,) = ctx.saved_tensors
-        return softmax_bwd(dy, y, log=log) if _direct(dy, y) else bwd_op(dy, y)
+        return bwd(grads[0], y)
 
-    fwd_op.register_autograd(backward, setup_context=setup_context)
-    return fwd_op
+    return TorchOp(name, forward=forward, forward_fake=forward_fake, backward=backward,
+                   backward_fake=backward_fake, setup_context=setup_context, input_grads=input_grads)
 
 
-_softmax_op = _define_ops("softmax", log=False)
-_log_softmax_op = _define_ops("log_softmax", log=True)
+_softmax_op = _define_op("softmax", log=False)
+_log_softmax_op = _define_op("log_softmax", log=True)
 
 
 # ------------------------------------------------------------------------------------------------- public
-
-
-def _direct(*tensors: torch.Tensor) -> bool:
-    """True when the launchers can run without the torch.library op: eager mode, plain tensors, and no
-    autograd graph to record (no input needs a gradient, or grad mode is off — as in a backward without
-    ``create_graph``). torch.library's dispatch costs ~30 µs of host time per call on our H100 host, ten
-    times the GPU time of a 1×4096 softmax; only tracing (torch.compile, export: FakeTensors) and autograd
-    need it, and they still get it."""
-    if torch.compiler.is_compiling():
-        return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return all(type(t) is torch.Tensor for t in tensors)
 
 
 def _check_inputs(x: object, dim: object) -> None:
@@ -344,7 +328,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         >>> probs.float().sum(-1)  # ≈ 1 per row
     """
     _check_inputs(x, dim)
-    return softmax_fwd(x) if _direct(x) else _softmax_op(x)
+    return _softmax_op(x)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -365,7 +349,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         >>> logp.exp().sum(-1)  # ≈ 1 per row
     """
     _check_inputs(x, dim)
-    return softmax_fwd(x, log=True) if _direct(x) else _log_softmax_op(x)
+    return _log_softmax_op(x)
 
 
 # --------------------------------------------------------------------------------------------------- specs

@@ -1,10 +1,9 @@
 """Public activation functions, their validation, and the ``torch.library`` custom ops behind them.
 
-All four public functions go through one pair of custom ops, ``kernelworks::activation`` and
-``kernelworks::activation_backward``, parameterised by the activation name (``silu``, ``gelu``,
-``gelu_tanh``) and by whether it is gated. Registered fake implementations and autograd make them run under
-``torch.compile(fullgraph=True)`` with no graph break. In eager mode an ``autograd.Function`` runs the same
-forward/backward bodies without the custom ops' dispatch overhead (see :class:`_ActivationFunction`).
+All four public functions go through one :class:`~kernelworks.runtime.torch_op.TorchOp`, ``activation``,
+parameterised by the activation name (``silu``, ``gelu``, ``gelu_tanh``) and by whether it is gated: custom
+ops ``kernelworks::activation`` / ``activation_backward`` with fake implementations and autograd under
+``torch.compile(fullgraph=True)``, an autograd Function running the same bodies in eager mode.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import torch
 
 from kernelworks.ops.activation.kernels import activation_bwd, activation_fwd
 from kernelworks.runtime.alloc import empty, empty_like
+from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
     check_same_device,
@@ -58,27 +58,14 @@ def _backward(grad_out: torch.Tensor, x: torch.Tensor, up: torch.Tensor | None, 
     return [grad_x, grad_up]
 
 
-@torch.library.custom_op("kernelworks::activation", mutates_args=())
-def _activation(x: torch.Tensor, up: torch.Tensor | None, act: str, gated: bool) -> torch.Tensor:
-    return _forward(x, up, act, gated)
-
-
-@_activation.register_fake
-def _activation_fake(x: torch.Tensor, up: torch.Tensor | None, act: str, gated: bool) -> torch.Tensor:
+def _forward_fake(x: torch.Tensor, up: torch.Tensor | None, act: str, gated: bool) -> torch.Tensor:
     if gated and up is None:
         return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("kernelworks::activation_backward", mutates_args=())
-def _activation_backward(grad_out: torch.Tensor, x: torch.Tensor, up: torch.Tensor | None, act: str,
-                         gated: bool) -> list[torch.Tensor]:
-    return _backward(grad_out, x, up, act, gated)
-
-
-@_activation_backward.register_fake
-def _activation_backward_fake(grad_out: torch.Tensor, x: torch.Tensor, up: torch.Tensor | None, act: str,
-                              gated: bool) -> list[torch.Tensor]:
+def _backward_fake(grad_out: torch.Tensor, x: torch.Tensor, up: torch.Tensor | None, act: str,
+                   gated: bool) -> list[torch.Tensor]:
     return [torch.empty_like(x)] if up is None else [torch.empty_like(x), torch.empty_like(up)]
 
 
@@ -88,41 +75,16 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.act, ctx.gated = act, gated
 
 
-def _input_grads(ctx, grad_out: torch.Tensor, backward) -> tuple:
+def _input_grads(ctx, grads: tuple, backward) -> tuple:
     """Gradients for ``(x, up, act, gated)`` from the saved inputs, computed by ``backward``."""
     x, up = ctx.saved_tensors
-    grads = backward(grad_out, x, up, ctx.act, ctx.gated)
-    return grads[0], grads[1] if up is not None else None, None, None
+    g = backward(grads[0], x, up, ctx.act, ctx.gated)
+    return g[0], g[1] if up is not None else None, None, None
 
 
-_activation.register_autograd(lambda ctx, grad_out: _input_grads(ctx, grad_out, _activation_backward),
-                              setup_context=_setup_context)
-
-
-class _ActivationFunction(torch.autograd.Function):
-    """The eager path: the same kernels as the custom ops, without the dispatcher's round trips.
-
-    A Python custom op costs ~100 µs of CPU per call on the bench machine (measured: 154 µs for the forward
-    op vs 51 µs for the bare Triton launch), more than the kernel itself takes at 8192×8192 bf16 (~140 µs),
-    so eager calls would be CPU-bound. Under ``torch.compile`` the custom ops are used instead (see
-    :func:`_apply`): the compiler needs their fake implementations and sees them as opaque nodes.
-    """
-
-    @staticmethod
-    def forward(ctx, x, up, act, gated):
-        _setup_context(ctx, (x, up, act, gated), None)
-        return _forward(x, up, act, gated)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        return _input_grads(ctx, grad_out, _backward)
-
-
-def _apply(x: torch.Tensor, up: torch.Tensor | None, act: str, gated: bool) -> torch.Tensor:
-    """The custom op when traced by ``torch.compile``/``torch.export``, the autograd Function in eager."""
-    if torch.compiler.is_compiling():
-        return _activation(x, up, act, gated)
-    return _ActivationFunction.apply(x, up, act, gated)
+_apply = TorchOp("activation", forward=_forward, forward_fake=_forward_fake, backward=_backward,
+                 backward_fake=_backward_fake, setup_context=_setup_context, input_grads=_input_grads)
+"""``kernelworks::activation`` (+ ``_backward``) under torch.compile, an autograd Function in eager."""
 
 
 # ------------------------------------------------------------------------------------------- public API
