@@ -9,11 +9,9 @@ the launcher picks for the case — on a machine that may have no GPU. Three pie
   a launch straight through an already compiled kernel (``CompiledKernel[grid](...)``, what a host-overhead
   cache such as ``kernelworks.runtime.launch.launch`` does on a hit) is recorded too;
 * :func:`plan_for_gpu`: where no GPU is present, the ops' launch heuristics would plan for Triton's
-  interpreter (``kernelworks.runtime.device.interpreter_active``: one warp, small tiles). Inside the block
-  ``TRITON_INTERPRET`` reads ``0`` so they plan for a GPU, input validation still accepts CPU tensors as
-  stand-ins for CUDA ones, module-level ``lru_cache`` plans of the ops are cleared on entry and exit so
-  no plan leaks between the two worlds, and the runtime's compiled-kernel launch cache is bypassed (it
-  would ask CUDA for the current device, and would keep the ``None`` a captured launch returns);
+  interpreter (one warp, small tiles). Inside the block (the runtime's
+  :func:`~kernelworks.runtime.device.planning_for_gpu`) they plan for a GPU, input validation accepts CPU
+  tensors as stand-ins for CUDA ones, and the runtime's compiled-kernel launch cache is bypassed;
 * :func:`make_inputs`: the case's inputs. A launcher needs real tensors (``torch.library`` ops send meta
   tensors to their fake implementation, never to the launcher), but only their dtypes, shapes, strides and
   alignment reach the kernel's signature. Cases up to ``real_max_bytes`` get the spec's real random inputs;
@@ -25,7 +23,6 @@ the launcher picks for the case — on a machine that may have no GPU. Three pie
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,7 +35,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from kernelworks.inspect.compile import as_jit
-from kernelworks.runtime.device import INTERPRET_ENV, has_gpu
+from kernelworks.runtime.device import has_gpu, planning_for_gpu
 from kernelworks.spec import Case, Inputs, OpSpec
 
 REAL_INPUTS_MAX_BYTES = 64 << 20
@@ -141,32 +138,16 @@ def _clear_plan_caches(modules: Iterable[str]) -> None:
 
 @contextlib.contextmanager
 def plan_for_gpu(modules: Iterable[str] = ()) -> Iterator[None]:
-    """Within the block, the ops' launchers plan for a GPU even where kernels would run in the interpreter
-    (see the module docstring). ``modules``: extra module-name prefixes whose plan caches to clear (a
-    user's spec module); ``kernelworks.ops`` and ``kernelworks.runtime`` always are."""
-    from kernelworks.runtime import launch, validate
-
-    prefixes = ("kernelworks.ops", "kernelworks.runtime", *modules)
-    old_env = os.environ.get(INTERPRET_ENV)
-    old_check = validate.interpreter_active
-    old_fast = getattr(launch, "_FAST_LAUNCH", None)
-    _clear_plan_caches(prefixes)
-    os.environ[INTERPRET_ENV] = "0"
-    if not has_gpu():
-        validate.interpreter_active = lambda: True  # CPU tensors stand in for CUDA ones
-    if old_fast is not None:
-        launch._FAST_LAUNCH = False  # every launch through kernel[grid], nothing cached
+    """Within the block, the ops' launchers plan for a GPU even where kernels would run in the interpreter:
+    :func:`kernelworks.runtime.device.planning_for_gpu`. ``modules``: extra module-name prefixes whose
+    ``lru_cache`` plan caches to clear on the way in and out (a user's spec module whose plans, unlike
+    ours, may not key on where kernels run)."""
+    _clear_plan_caches(tuple(modules))
     try:
-        yield
+        with planning_for_gpu():
+            yield
     finally:
-        validate.interpreter_active = old_check
-        if old_fast is not None:
-            launch._FAST_LAUNCH = old_fast
-        if old_env is None:
-            os.environ.pop(INTERPRET_ENV, None)
-        else:
-            os.environ[INTERPRET_ENV] = old_env
-        _clear_plan_caches(prefixes)
+        _clear_plan_caches(tuple(modules))
 
 
 # ------------------------------------------------------------------------------------------------- inputs

@@ -58,11 +58,16 @@ _INTERPRETER_ONE_PASS_MAX_COLS = 1024
 _INTERPRETER_LOOP_TILE = 256
 
 
-@functools.lru_cache(maxsize=512)
 def _plan(n_rows: int, n_cols: int, backward: bool = False) -> tuple[bool, tuple[int], dict[str, int]]:
-    """``(looped, grid, launch options)`` for a ``[n_rows, n_cols]`` problem; cached, because host time is
-    most of a small call's cost (a 1×4096 softmax runs ~3 µs on the GPU)."""
-    if interpreter_active():
+    """``(looped, grid, launch options)`` for a ``[n_rows, n_cols]`` problem."""
+    return _cached_plan(n_rows, n_cols, backward, interpreter_active())
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_plan(n_rows: int, n_cols: int, backward: bool, interpreted: bool) -> tuple[bool, tuple[int], dict]:
+    """:func:`_plan`, cached (host time is most of a small call's cost: a 1×4096 softmax runs ~3 µs on the
+    GPU) under a key that includes where kernels run, so interpreter plans never leak to a GPU plan."""
+    if interpreted:
         if n_cols > _INTERPRETER_ONE_PASS_MAX_COLS:
             return True, (n_rows,), {"TILE": _INTERPRETER_LOOP_TILE, "num_warps": 1}
     elif n_cols > ONE_PASS_MAX_COLS:

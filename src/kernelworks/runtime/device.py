@@ -2,11 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import torch
 
 INTERPRET_ENV = "TRITON_INTERPRET"
+
+# A plain module flag, not a ContextVar: validation reads it inside code torch.compile traces, and dynamo
+# cannot trace ContextVar.get (a graph break). Planning is process-wide and never nested across threads.
+_planning_for_gpu = False
+
+
+@contextlib.contextmanager
+def planning_for_gpu() -> Iterator[None]:
+    """Within this block the ops plan their launches for a GPU even where kernels would run in the
+    interpreter: launch heuristics take their GPU branch (:func:`interpreter_active` is False), validation
+    accepts CPU tensors as stand-ins for CUDA ones, and :func:`kernelworks.runtime.launch.launch` takes the
+    plain ``kernel[grid]`` path. ``kw inspect`` uses it to capture the launches a GPU would see, on any
+    machine; nothing may actually run a kernel inside it."""
+    global _planning_for_gpu
+    before, _planning_for_gpu = _planning_for_gpu, True
+    try:
+        yield
+    finally:
+        _planning_for_gpu = before
+
+
+def planning_active() -> bool:
+    """True inside :func:`planning_for_gpu`."""
+    return _planning_for_gpu
+
+
+def cpu_tensors_allowed() -> bool:
+    """CPU tensors are valid kernel inputs: under the interpreter, or as stand-ins while planning."""
+    return _planning_for_gpu or _interpret_env()
+
+
+def _interpret_env() -> bool:
+    return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
 
 
 def has_gpu() -> bool:
@@ -15,8 +50,9 @@ def has_gpu() -> bool:
 
 
 def interpreter_active() -> bool:
-    """True when Triton kernels run in the interpreter (``TRITON_INTERPRET=1``), i.e. on CPU tensors."""
-    return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
+    """True when Triton kernels run in the interpreter (``TRITON_INTERPRET=1``), i.e. on CPU tensors, and
+    launches are not being planned for a GPU (:func:`planning_for_gpu`)."""
+    return _interpret_env() and not _planning_for_gpu
 
 
 def enable_interpreter_without_gpu() -> None:

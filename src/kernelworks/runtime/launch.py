@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import triton
 
-from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.device import interpreter_active, planning_active
 
 MAX_FUSED_ROW_BYTES = 128 * 1024
 """Largest row (in fp32 working bytes) kept whole in registers; longer rows take a looped kernel.
@@ -112,7 +112,7 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
     Triton versions other than 3.6 take the ordinary path. ``args`` are the runtime arguments in signature
     order; ``constexprs`` must be the kernel's remaining (constexpr) parameters.
     """
-    if not _FAST_LAUNCH or interpreter_active():
+    if not _FAST_LAUNCH or interpreter_active() or planning_active():
         kernel[grid](*args, num_warps=num_warps, **constexprs)
         return
     import torch  # the runtime package imports torch anyway; kept local so launch heuristics stay light

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.device import cpu_tensors_allowed
 
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
 """The floating dtypes the kernels accept."""
@@ -25,8 +25,8 @@ def check_tensor(name: str, t: object, *, min_dim: int = 1, max_dim: int | None 
     """``t`` is a non-empty tensor on a device our kernels can use, with a rank in ``[min_dim, max_dim]``."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda" and not (interpreter_active() and t.device.type == "cpu"):
-        hint = "" if interpreter_active() else " (CPU tensors run only under TRITON_INTERPRET=1)"
+    if t.device.type != "cuda" and not (cpu_tensors_allowed() and t.device.type == "cpu"):
+        hint = "" if cpu_tensors_allowed() else " (CPU tensors run only under TRITON_INTERPRET=1)"
         raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {t.device}{hint}")
     if t.dim() < min_dim or (max_dim is not None and t.dim() > max_dim):
         want = f"{min_dim}" if max_dim == min_dim else f"at least {min_dim}" if max_dim is None \
