@@ -63,8 +63,8 @@ def _verify(spec: OpSpec, case: Case, out: Any, ref: tuple, base: tuple) -> tupl
     return True, "", worst
 
 
-def _timed_call(spec: OpSpec, mode: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Callable[[], Any]:
-    """The closure to time: the forward call, or the backward alone on a graph built once."""
+def timed_call(spec: OpSpec, mode: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Callable[[], Any]:
+    """The closure to time (or profile): the forward call, or the backward alone on a graph built once."""
     if mode == "fwd":
         return lambda: fn(**inputs)
     names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
@@ -146,7 +146,7 @@ def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inpu
             if not good:
                 rec.status = f"wrong: {problem}"
                 return rec
-        call = _timed_call(spec, mode, fn, inputs)
+        call = timed_call(spec, mode, fn, inputs)
         t = time_fn(call, warmup_ms=warmup_ms, rep_ms=rep_ms, cuda_graph=cuda_graph)
     except NotImplementedError as e:
         rec.status = f"skipped: unsupported ({e})"
