@@ -67,3 +67,5 @@ def test_report_without_gpu_writes_markdown(tmp_path, capsys):
     text = (tmp_path / "report.md").read_text()
     assert code == 0, text
     assert "## Correctness" in text and "| silu |" in text
+    assert "## Lint" in text and "No findings." in text
+    assert "_activation_fwd_kernel" in text and "_activation_bwd_kernel" in text  # inspected for sm_90

@@ -16,6 +16,37 @@ from kernelworks.spec import registry
 from kernelworks.tables import markdown_table
 
 
+def _lint_section() -> list[str]:
+    """``kw lint`` over the library's own kernels."""
+    from kernelworks.lint import lint_paths
+    from kernelworks.lint.output import format_text
+
+    ops_dir = Path(__file__).parent / "ops"
+    findings = lint_paths([ops_dir])
+    body = ["No findings."] if not findings else ["```", format_text(findings), "```"]
+    return ["## Lint (`kw lint` over `kernelworks/ops`)", "", *body, ""]
+
+
+def _inspect_section(specs: dict, target: str = "sm_90") -> list[str]:
+    """``kw inspect`` of every op's default case, compiled ahead of time for ``target`` (no GPU needed)."""
+    from kernelworks.inspect import inspect_op
+    from kernelworks.inspect.render import format_table
+
+    lines = [f"## Compiled kernels (`kw inspect`, {target}, ahead of time)", ""]
+    warned = []
+    for name, spec in specs.items():
+        try:
+            reports = inspect_op(spec, target=target, modes=spec.modes)
+        except Exception as e:  # one op's compile failure is reported, not fatal to the report
+            lines += [f"**{name}**: inspection failed: {type(e).__name__}: {e}", ""]
+            continue
+        case = reports[0].case if reports else "?"
+        lines += [f"**{name}** ({case})", "", format_table(reports, markdown=True), ""]
+        warned += [f"- {name}: {r.name} ({r.mode}): {w}" for r in reports for w in r.warnings]
+    lines += (["Warnings:", "", *warned, ""] if warned else ["No warnings.", ""])
+    return lines
+
+
 def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None = None,
                 bench: bool = True) -> tuple[Path, bool]:
     """Write ``out_dir/report.md`` (+ results and plots); returns (path, all checks passed)."""
@@ -46,6 +77,8 @@ def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None 
               "<details><summary>every comparison</summary>", "",
               check_table([r for rs in all_results.values() for r in rs], markdown=True), "", "</details>", ""]
 
+    lines += _lint_section()
+    lines += _inspect_section(specs)
     lines += ["## Speed", ""]
     if not torch.cuda.is_available():
         lines += ["No CUDA GPU is visible: timings need one (the interpreter's times mean nothing). "
