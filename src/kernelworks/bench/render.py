@@ -103,6 +103,19 @@ def benchmarks_markdown(results: Sequence[dict[str, Any]], plots: dict[str, list
     return "\n".join(out) + "\n"
 
 
+def _finish(fig, ax, title: str, path: Path) -> Path:
+    """Label, save and close one figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_ylabel("GB/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
     """PNG plots for one op: GB/s per case and provider (bars), and a line per provider over a swept
     parameter when cases are tagged ``sweep:<param>``. Needs matplotlib (the ``plot`` extra)."""
@@ -112,6 +125,7 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
+    gpu = result["environment"].get("gpu")
     recs = [r for r in result["records"] if r["status"] == "ok"]
     paths: list[Path] = []
     for mode in dict.fromkeys(r["mode"] for r in recs):
@@ -129,14 +143,7 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
                 ax.bar(xs, [vals.get(c, 0) for c in cases], width, label=p)
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases, rotation=20, ha="right",
                           fontsize=8)
-            ax.set_ylabel("GB/s")
-            ax.set_title(f"{result['op']} {mode} — {result['environment'].get('gpu')}")
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = folder / f"{result['op']}-{mode}.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            paths.append(path)
+            paths.append(_finish(fig, ax, f"{result['op']} {mode} — {gpu}", folder / f"{result['op']}-{mode}.png"))
         if sweep:
             param = sweep[0]["sweep"]
             fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -149,14 +156,8 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
                 ax.axhline(ceil, color="grey", linestyle="--", linewidth=1, label="copy ceiling")
             ax.set_xscale("log", base=2)
             ax.set_xlabel(param)
-            ax.set_ylabel("GB/s")
-            ax.set_title(f"{result['op']} {mode} over {param} — {result['environment'].get('gpu')}")
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = folder / f"{result['op']}-{mode}-sweep.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            paths.append(path)
+            paths.append(_finish(fig, ax, f"{result['op']} {mode} over {param} — {gpu}",
+                                 folder / f"{result['op']}-{mode}-sweep.png"))
     return paths
 
 

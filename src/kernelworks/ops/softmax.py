@@ -427,12 +427,12 @@ def _check_cases() -> list[Case]:
 def _bench_cases() -> list[Case]:
     bf16 = torch.bfloat16
     cases = [
-        case("8192x8192", bf16, rows=8192, cols=8192, tags=("gpu", "quick")),
+        case("8192x8192", bf16, rows=8192, cols=8192, tags=("gpu", "quick", "sweep:cols")),  # 64M too
         case("1x4096", bf16, rows=1, cols=4096, tags=("gpu", "quick")),  # latency
     ]
     for cols in (256, 1024, 4096, 16384, 65536, 262144):  # row-length sweep at 64M elements
         rows = (1 << 26) // cols
-        cases.append(case(f"{rows}x{cols}", bf16, rows=rows, cols=cols, tags=("gpu",)))
+        cases.append(case(f"{rows}x{cols}", bf16, rows=rows, cols=cols, tags=("gpu", "sweep:cols")))
     return cases
 
 
