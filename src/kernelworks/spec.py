@@ -193,6 +193,11 @@ class OpSpec:
         out.update(self.providers)
         return out
 
+    def reset_compiled(self) -> None:
+        """Drop the torch.compile baseline's compiled reference (the bench does this per case, together
+        with ``torch._dynamo.reset()``, so no case inherits another's recompile budget)."""
+        self._compiled_reference = None
+
     def _compiled(self, **inputs: Any) -> Any:
         if self._compiled_reference is None:
             self._compiled_reference = torch.compile(self.reference, dynamic=False)

@@ -107,7 +107,7 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
         # A fresh dynamo cache per case: the torch.compile baseline recompiles the reference for every
         # shape and grad mode, and past dynamo's recompile limit (8) it silently runs eagerly instead.
         torch._dynamo.reset()
-        spec._compiled_reference = None
+        spec.reset_compiled()
         torch.manual_seed(0)
         inputs = spec.inputs(case, torch.device("cuda"))
         ref = base = ()
