@@ -6,6 +6,8 @@ runs, bf16 and large shapes included (Triton 3.4–3.7 can miscompile on Hopper:
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 
@@ -21,7 +23,8 @@ CASES = [(name, c) for name, spec in registry().items() for c in spec.check_case
 )
 def test_op_passes_its_checklist(op, case, device):
     spec = registry()[op]
-    results = check_case(spec, case, device=device, seed=hash(case.id) & 0xFFFF)
+    # a stable seed per case (str hashes are salted per process): a failure reproduces on the next run
+    results = check_case(spec, case, device=device, seed=zlib.crc32(case.id.encode()) & 0xFFFF)
     assert results, "no result"
     failed = [r for r in results if not r.passed and not r.skipped]
     assert not failed, "\n" + check_table(results)
