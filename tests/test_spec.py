@@ -12,7 +12,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "user_kernel.py"
 
 def test_registry_has_the_first_ops():
     names = set(registry())
-    assert {"gelu", "silu", "swiglu", "geglu", "softmax", "log_softmax"} <= names
+    assert {"gelu", "silu", "swiglu", "geglu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
+            "fused_linear_cross_entropy"} <= names
 
 
 def test_every_registered_spec_is_complete():

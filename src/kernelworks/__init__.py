@@ -5,6 +5,8 @@ The library::
     import kernelworks as kw
     y = kw.softmax(x)              # x: [..., n] bf16/fp16/fp32 on CUDA
     h = kw.swiglu(gate, up)        # silu(gate) * up, autograd and torch.compile ready
+    y, h = kw.rms_norm(x, w, residual=h)   # residual add + RMSNorm in one pass
+    loss = kw.cross_entropy(logits, target)
 
 The workbench (same on the command line as ``kw check`` / ``kw bench`` / ``kw report``)::
 
@@ -18,7 +20,10 @@ from kernelworks.runtime.device import enable_interpreter_without_gpu
 # interpreter on CPU tensors. An explicit TRITON_INTERPRET setting always wins.
 enable_interpreter_without_gpu()
 
+from kernelworks import nn  # noqa: E402
 from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
+from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy  # noqa: E402
+from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
 from kernelworks.workbench import bench, check  # noqa: E402
@@ -35,12 +40,17 @@ __all__ = [
     "bench",
     "case",
     "check",
+    "cross_entropy",
+    "fused_linear_cross_entropy",
     "geglu",
     "gelu",
+    "layer_norm",
     "load_spec",
     "log_softmax",
+    "nn",
     "register",
     "registry",
+    "rms_norm",
     "silu",
     "softmax",
     "swiglu",

@@ -1,0 +1,309 @@
+"""Triton kernels of the loss family: cross-entropy with its gradient in one kernel, the gradient scaling
+pass, and the target statistics.
+
+Per row ``r`` of logits ``x [N, V]`` with target ``t = target[r]`` (c = softcap, ε = label_smoothing,
+ζ = z_loss, s_r = the row's scale: ``1/n_valid`` for the mean, 1 for sum and none):
+
+    x'_j  = c·tanh(x_j / c)                 (softcap; x' = x without it)
+    m     = max_j x'_j,   S = Σ_j exp(x'_j − m),   lse = m + log S,   p_j = exp(x'_j − lse)
+    loss  = s_r · [(1 − ε)(m − x'_t) + ε(m − mean_j x'_j) + log S + ζ·lse²]
+    dx_j  = s_r · [p_j(1 + 2ζ·lse) − ε/V − (1 − ε)·[j = t]] · (1 − (x'_j/c)²)
+
+Rows whose target is ``ignore_index`` have loss 0 and gradient 0. ``loss = lse − (1 − ε)x'_t − ε·mean x'``
+is evaluated as ``(1 − ε)(m − x'_t) + ε(m − mean x') + log S``: with logits near ±1e4, ``lse`` alone carries
+an fp32 rounding of ~1e-3 that the differences do not.
+
+``_cross_entropy_fwd_kernel`` streams each row once for the online max/sum (``online_max_sum``, shared with
+softmax) and, when the gradient is wanted, sweeps it again writing ``dx`` (into its own buffer or over the
+logits), so loss + gradient cost 2 reads + 1 write of the logits; without the gradient, 1 read. Rows of at
+most :data:`ONE_TILE_MAX_COLS` are held whole in registers (1 read + 1 write). The backward of the op is
+then ``dx · grad_output`` (``_cross_entropy_bwd_kernel``), in place in eager mode, and skipped outright when
+``grad_output`` is one value of exactly 1 (a plain ``loss.backward()``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelworks.ops._math import LOG2E, tanh
+from kernelworks.ops.softmax import online_max_sum
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cdiv, launch, next_pow2
+
+ONE_TILE_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
+"""Longest row (32768: Llama-2/Mistral vocabularies) the kernel keeps whole in registers as fp32, reading
+the logits once; softmax measured its one-pass kernel at 92% of copy bandwidth at this length on an H100,
+spilling past it. Longer rows are streamed in tiles and read twice."""
+
+# Looped tiles (columns per step) and warps: 16 fp32 values a thread (16-byte loads). Untuned starting
+# points from softmax's measured looped kernels (8192/16 best to 65536 columns, 16384 past it; 32 warps
+# won its read-and-write backward sweep); a GPU sweep should confirm them for this kernel.
+LOOP_TILE, LOOP_WARPS = 8192, 16
+LOOP_TILE_LONG, LOOP_WARPS_LONG = 16384, 32
+ONE_TILE_WARPS = 16
+
+SCALE_BLOCK, SCALE_WARPS, SCALE_PROGRAMS = 2048, 4, 2112
+"""The scaling pass is elementwise: the activation family's sweep found 2048-element tiles with 4 warps
+within 1% of the best on an H100. 2112 programs = 16 resident 4-warp programs × 132 SMs: one wave, each
+walking a contiguous run of tiles, so skipping the pass (grad_output 1) launches only that many."""
+
+STATS_BLOCK, STATS_WARPS = 2048, 8
+
+# Under Triton's interpreter (CPU tests, `kw check` without a GPU), rows past 8 columns take the looped
+# path with 32-column tiles (256 past 256 columns), so vocabularies of 33 or 1000 run the loop and its
+# masked tail; speed is meaningless there.
+_INTERPRETER_ONE_TILE_MAX_COLS = 8
+_INTERPRETER_TILE, _INTERPRETER_TILE_LONG = 32, 256
+_INTERPRETER_STATS_BLOCK = 32
+_INTERPRETER_SCALE_BLOCK, _INTERPRETER_SCALE_PROGRAMS = 64, 4
+
+
+def plan(n_cols: int, softcap: bool = False) -> dict[str, int | bool]:
+    """Launch options of ``_cross_entropy_fwd_kernel`` for rows of ``n_cols`` (cached per place kernels run).
+
+    Soft-capping halves the one-tile limit and takes the 8192-column loop: its tanh's temporaries over a
+    32768-column row spill (392 B a thread at 16 warps, 184 B at 32, compiled for sm_90; none at 16384).
+    """
+    return _cached_plan(n_cols, softcap, interpreter_active())
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_plan(n_cols: int, softcap: bool, interpreted: bool) -> dict[str, int | bool]:
+    if interpreted:
+        if n_cols <= _INTERPRETER_ONE_TILE_MAX_COLS:
+            return {"TILE": next_pow2(n_cols), "ONE_TILE": True, "num_warps": 1}
+        tile = _INTERPRETER_TILE if n_cols <= 256 else _INTERPRETER_TILE_LONG
+        return {"TILE": tile, "ONE_TILE": False, "num_warps": 1}
+    if n_cols <= (ONE_TILE_MAX_COLS // 2 if softcap else ONE_TILE_MAX_COLS):
+        tile = next_pow2(n_cols)
+        return {"TILE": tile, "ONE_TILE": True, "num_warps": max(1, min(ONE_TILE_WARPS, tile // 512))}
+    if n_cols <= 65536 or softcap:
+        return {"TILE": LOOP_TILE, "ONE_TILE": False, "num_warps": LOOP_WARPS}
+    return {"TILE": LOOP_TILE_LONG, "ONE_TILE": False, "num_warps": LOOP_WARPS_LONG}
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+
+@triton.jit
+def _softcap(b_x, softcap, inv_softcap):
+    """c·tanh(x/c), the Gemma-2 soft cap (``inv_softcap`` = 1/c: a multiply, not a division)."""
+    return softcap * tanh(b_x * inv_softcap)
+
+
+@triton.jit
+def _row_grad(b_xc, o_n, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFTCAP: tl.constexpr):
+    """dx for one tile of capped logits ``b_xc`` (x' = c·tanh(x/c), or x) at columns ``o_n`` (fp32):
+    ``(p_j·pc − c0 − c1·[j = t]) · (1 − tanh²)``, p_j = exp2((x'_j − m)·log2e − log2 S), tanh = x'/c.
+    The target's ``−c1`` is folded in fp32 before the store's rounding (p_t − 1 cancels as p_t nears 1)."""
+    b_p = tl.exp2((b_xc - b_m) * LOG2E - b_log2_s)
+    b_dx = b_p * b_pc - b_c0 - tl.where(o_n == b_t, b_c1, 0.0)
+    if SOFTCAP:
+        b_th = b_xc * inv_softcap
+        b_dx = b_dx * ((1.0 - b_th) * (1.0 + b_th))
+    return b_dx
+
+
+@triton.jit
+def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, stride_dx, stride_t, stride_scale,
+                              n_cols, ignore_index, label_smoothing, z_loss, softcap, inv_softcap,
+                              TILE: tl.constexpr, ONE_TILE: tl.constexpr, HAS_GRAD: tl.constexpr,
+                              SMOOTH: tl.constexpr, SOFTCAP: tl.constexpr):
+    """Loss and gradient of one row per program (formulas in the module docstring).
+
+    x: [N, V] logits, unit column stride, row stride ``stride_x``; dx: [N, V] (may be ``x`` itself: every
+    tile is read before it is overwritten, by the same program); target: [N] int32/int64; loss: [N] fp32,
+    the row's loss times its scale; scale: s_r at ``p_scale + r·stride_scale`` (stride 0: one scalar).
+    ONE_TILE: TILE ≥ V, the row stays in registers between the statistics and the gradient. Otherwise pass 1
+    streams the row in TILE columns for m and S (asking L2 to keep it), pass 2 walks it backwards — the
+    freshest tiles in L2 first — writing dx with streaming stores so the writes do not evict rows still to
+    be re-read. An out-of-range target (not ``ignore_index``) gives a NaN loss and is never dereferenced.
+    """
+    i_r = tl.program_id(0).to(tl.int64)  # int64: row · stride passes 2^31 at 16k tokens × 128k vocab
+    p_x += i_r * stride_x
+    p_dx += i_r * stride_dx
+    o_t = tl.arange(0, TILE)
+    b_t = tl.load(p_target + i_r * stride_t).to(tl.int64)
+
+    if b_t == ignore_index:  # no loss, zero gradient: write only, never read the row
+        tl.store(p_loss + i_r, 0.0)
+        if HAS_GRAD:
+            for i_k in range(0, n_cols, TILE):
+                o_n = i_k + o_t
+                tl.store(p_dx + o_n, tl.zeros([TILE], dtype=p_dx.dtype.element_ty), mask=o_n < n_cols)
+        return
+
+    b_scale = tl.load(p_scale + i_r * stride_scale).to(tl.float32)
+    b_valid = (b_t >= 0) & (b_t < n_cols)
+    b_xt = tl.load(p_x + tl.where(b_valid, b_t, 0)).to(tl.float32)
+    if SOFTCAP:
+        b_xt = _softcap(b_xt, softcap, inv_softcap)
+    b_xt = tl.where(b_valid, b_xt, float("nan"))
+
+    # pass 1: the row's max m, sum S of exp(x' − m) and (label smoothing) Σ x'
+    if ONE_TILE:
+        m_t = o_t < n_cols
+        b_xc = tl.load(p_x + o_t, mask=m_t, other=float("-inf")).to(tl.float32)
+        if SOFTCAP:  # only the capped row stays live for the gradient: tanh = x'/c there
+            b_xc = tl.where(m_t, _softcap(b_xc, softcap, inv_softcap), float("-inf"))
+        b_m = tl.max(b_xc, axis=0)
+        b_sum = tl.sum(tl.exp2((b_xc - b_m) * LOG2E), axis=0)
+        if SMOOTH:
+            b_xsum = tl.sum(tl.where(m_t, b_xc, 0.0), axis=0)
+    else:
+        b_m = tl.full([], float("-inf"), tl.float32)
+        b_s = tl.zeros([TILE], dtype=tl.float32)
+        if SMOOTH:
+            b_xs = tl.zeros([TILE], dtype=tl.float32)
+        for i_k in range(0, n_cols, TILE):
+            o_n = i_k + o_t
+            m_n = o_n < n_cols
+            b_x = tl.load(p_x + o_n, mask=m_n, other=float("-inf"),
+                          eviction_policy="evict_last").to(tl.float32)  # wanted again in pass 2
+            if SOFTCAP:
+                b_x = _softcap(b_x, softcap, inv_softcap)
+                b_x = tl.where(m_n, b_x, float("-inf"))
+            if SMOOTH:
+                b_xs += tl.where(m_n, b_x, 0.0)
+            b_m, b_s = online_max_sum(b_m, b_s, b_x)
+        b_sum = tl.sum(b_s, axis=0)
+        if SMOOTH:
+            b_xsum = tl.sum(b_xs, axis=0)
+
+    b_log_s = tl.log(b_sum)
+    b_lse = b_m + b_log_s
+    if SMOOTH:
+        b_loss = (1.0 - label_smoothing) * (b_m - b_xt) + label_smoothing * (b_m - b_xsum / n_cols) + b_log_s
+    else:
+        b_loss = (b_m - b_xt) + b_log_s
+    b_loss += z_loss * b_lse * b_lse
+    tl.store(p_loss + i_r, b_loss * b_scale)
+
+    if HAS_GRAD:
+        b_log2_s = tl.log2(b_sum)
+        b_pc = b_scale * (1.0 + 2.0 * z_loss * b_lse)  # softmax term, with the z-loss's 2ζ·lse·p
+        b_c0 = b_scale * label_smoothing / n_cols      # the smoothing's uniform target
+        b_c1 = b_scale * (1.0 - label_smoothing)       # the one-hot target
+        if ONE_TILE:
+            b_dx = _row_grad(b_xc, o_t, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFTCAP)
+            tl.store(p_dx + o_t, b_dx.to(p_dx.dtype.element_ty), mask=o_t < n_cols)
+        else:
+            o_last = (n_cols - 1) // TILE * TILE  # first column of the last tile
+            for i_k in range(0, n_cols, TILE):
+                o_n = (o_last - i_k) + o_t
+                m_n = o_n < n_cols
+                b_x = tl.load(p_x + o_n, mask=m_n, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                if SOFTCAP:
+                    b_x = _softcap(b_x, softcap, inv_softcap)
+                b_dx = _row_grad(b_x, o_n, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFTCAP)
+                tl.store(p_dx + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n, cache_modifier=".cs")
+
+
+@triton.jit
+def _cross_entropy_bwd_kernel(p_g, p_dx, p_out, stride_g, stride_dx, stride_out, n_rows, n_cols,
+                              tiles_per_program, BLOCK_N: tl.constexpr, SKIP_ONES: tl.constexpr):
+    """The backward's scaling pass: ``out[r, j] = g_r · dx[r, j]`` for dx, out: [n_rows, n_cols].
+
+    The [n_rows, n_cols] grid of BLOCK_N-column tiles is cut into runs of ``tiles_per_program``
+    consecutive (row-major, so contiguous) tiles, one run per program: a fixed, small number of programs
+    whatever the size. ``g_r`` is at ``p_g + r·stride_g``; stride 0 is one scalar. SKIP_ONES (a scalar g,
+    in place: ``p_out = p_dx``): when g is exactly 1 every program returns at once — a plain
+    ``loss.backward()`` costs a launch of a few thousand empty programs, no traffic.
+    """
+    i_p = tl.program_id(0)
+    if SKIP_ONES:  # noqa: SIM102 (a constexpr test, resolved at compile time, around a runtime one)
+        if tl.load(p_g).to(tl.float32) == 1.0:
+            return
+    n_blocks = tl.cdiv(n_cols, BLOCK_N)
+    o_b = tl.arange(0, BLOCK_N)
+    i_first = i_p.to(tl.int64) * tiles_per_program  # tile indices (rows × column blocks) in int64
+    i_end = tl.minimum(i_first + tiles_per_program, n_rows * n_blocks)
+    for i_t in range(i_first, i_end):
+        i_r = i_t // n_blocks  # int64 (from i_first): row · stride passes 2^31
+        o_n = (i_t % n_blocks) * BLOCK_N + o_b
+        m_n = o_n < n_cols
+        b_g = tl.load(p_g + i_r * stride_g).to(tl.float32)
+        b_dx = tl.load(p_dx + i_r * stride_dx + o_n, mask=m_n, other=0.0).to(tl.float32)
+        tl.store(p_out + i_r * stride_out + o_n, (b_dx * b_g).to(p_out.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
+def _target_stats_kernel(p_target, p_stats, n_rows, stride_t, n_cols, ignore_index,
+                         MEAN: tl.constexpr, BLOCK: tl.constexpr):
+    """One program over target [n_rows]: ``stats = [n_valid, n_bad, scale]`` (fp32), where n_valid counts
+    targets ≠ ignore_index, n_bad those outside [0, n_cols), and scale = 1/max(n_valid, 1) when MEAN, else 1.
+    One program keeps the count deterministic; at 16k tokens it is 8 steps of BLOCK."""
+    o_b = tl.arange(0, BLOCK)
+    b_valid = tl.zeros([BLOCK], dtype=tl.int32)
+    b_bad = tl.zeros([BLOCK], dtype=tl.int32)
+    for i_b in range(0, n_rows, BLOCK):
+        o_r = i_b + o_b
+        b_t = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=o_r < n_rows, other=ignore_index)
+        b_ok = b_t != ignore_index
+        b_valid += b_ok.to(tl.int32)
+        b_bad += (b_ok & ((b_t < 0) | (b_t >= n_cols))).to(tl.int32)
+    n_valid = tl.sum(b_valid, axis=0).to(tl.float32)
+    b_scale = 1.0 / tl.maximum(n_valid, 1.0) if MEAN else 1.0  # all ignored: the mean is 0, not 0/0
+    tl.store(p_stats, n_valid)
+    tl.store(p_stats + 1, tl.sum(b_bad, axis=0).to(tl.float32))
+    tl.store(p_stats + 2, b_scale)
+
+
+# ---------------------------------------------------------------------------------------------- launchers
+
+
+def target_stats(target: torch.Tensor, n_cols: int, ignore_index: int, *, mean: bool) -> torch.Tensor:
+    """``[n_valid, n_bad, scale]`` (fp32, on the device; no sync) for a flat ``target [N]``."""
+    stats = empty((3,), dtype=torch.float32, device=target.device)
+    block = _INTERPRETER_STATS_BLOCK if interpreter_active() else STATS_BLOCK
+    launch(_target_stats_kernel, (1,), target, stats, target.shape[0], target.stride(0), n_cols, ignore_index,
+           MEAN=mean, BLOCK=block, num_warps=1 if interpreter_active() else STATS_WARPS)
+    return stats
+
+
+def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
+                      dx: torch.Tensor | None, *, ignore_index: int, label_smoothing: float, z_loss: float,
+                      softcap: float | None) -> None:
+    """Launch ``_cross_entropy_fwd_kernel`` on rows ``x [N, V]`` (unit column stride): writes ``loss [N]``
+    (fp32, scaled) and, when ``dx`` is given (``[N, V]``, unit column stride, may be ``x``), the gradient.
+    ``scale`` holds one element (one scale for all rows) or ``N`` (one per row)."""
+    n_rows, n_cols = x.shape
+    opts = plan(n_cols, softcap is not None)
+    if scale.numel() not in (1, n_rows):
+        raise ValueError(f"scale: expected 1 or {n_rows} values, got shape {tuple(scale.shape)}")
+    scale = scale.reshape(-1)
+    stride_scale = scale.stride(0) if scale.numel() > 1 else 0
+    launch(_cross_entropy_fwd_kernel, (n_rows,), x, x if dx is None else dx, target, loss, scale,
+           x.stride(0), x.stride(0) if dx is None else dx.stride(0), target.stride(0), stride_scale,
+           n_cols, ignore_index, float(label_smoothing), float(z_loss),
+           float(softcap or 1.0), 1.0 / float(softcap or 1.0),
+           HAS_GRAD=dx is not None, SMOOTH=label_smoothing > 0, SOFTCAP=softcap is not None, **opts)
+
+
+def cross_entropy_bwd(g: torch.Tensor, dx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out = g · dx`` for ``dx [rows, n]`` (unit column stride) and ``g`` one value (any shape: a 0-dim
+    scalar, or the stride-0 expansion ``loss.sum()`` hands a ``none`` loss) or one per row. ``out=None``
+    scales ``dx`` in place and, for a scalar g of exactly 1, does nothing at all. Returns ``out`` or ``dx``."""
+    n_rows, n_cols = dx.shape
+    if g.numel() not in (1, n_rows):
+        raise ValueError(f"grad_output: expected a scalar or {n_rows} values, got shape {tuple(g.shape)}")
+    g = g.reshape(-1)
+    scalar = g.numel() == 1 or g.stride(0) == 0
+    target = dx if out is None else out
+    interpreted = interpreter_active()
+    block = min(_INTERPRETER_SCALE_BLOCK if interpreted else SCALE_BLOCK, next_pow2(n_cols))
+    n_tiles = n_rows * cdiv(n_cols, block)
+    per_program = cdiv(n_tiles, _INTERPRETER_SCALE_PROGRAMS if interpreted else SCALE_PROGRAMS)
+    launch(_cross_entropy_bwd_kernel, (cdiv(n_tiles, per_program),), g, dx, target, 0 if scalar else g.stride(0),
+           dx.stride(0), target.stride(0), n_rows, n_cols, per_program, BLOCK_N=block,
+           SKIP_ONES=scalar and out is None,
+           num_warps=1 if interpreted else min(SCALE_WARPS, max(1, block // 512)))
+    return target
+
+
+__all__ = ["ONE_TILE_MAX_COLS", "cross_entropy_bwd", "cross_entropy_fwd", "plan", "target_stats"]

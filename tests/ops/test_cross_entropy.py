@@ -1,0 +1,481 @@
+"""cross_entropy / fused_linear_cross_entropy: agreement with float64 PyTorch (and the reference with
+torch.nn.functional.cross_entropy), every option, extreme logits, all-ignored batches, the stored-gradient
+backward (grad_output 1 skipped, retain_graph), inplace_backward, bad input, torch.compile and opcheck.
+
+CPU tests run under Triton's interpreter, where rows past 8 columns take the looped kernel with 32-column
+tiles (256 past 256 columns; see ``kernels.plan``), so vocabularies of 7, 33 and 300 cover the one-tile
+path, the loop, and its masked tails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from torch.nn import functional
+
+from kernelworks.ops import _math
+from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy, kernels, reference
+from kernelworks.ops.cross_entropy import fused_linear as flce_mod
+from kernelworks.runtime.device import default_device, planning_for_gpu
+
+DEVICE = default_device()
+IGNORE = -100
+# Low-precision outputs: within 2× PyTorch's own error in that dtype plus a floor relative to |ref| (the
+# project's rule); fp32 a small fixed floor.
+ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor | None, dtype: torch.dtype) -> None:
+    out, ref = out.detach().double(), ref.detach().double()
+    assert out.shape == ref.shape
+    assert torch.isfinite(out).all(), "non-finite output"
+    err = (out - ref).abs()
+    base = 0.0 if baseline is None else float((baseline.detach().double() - ref).abs().max())
+    allowed = 2 * base + ATOL[dtype] * (1 + ref.abs())
+    assert bool((err <= allowed).all()), f"max err {err.max():.3g}, baseline {base:.3g}"
+
+
+def _logits(n, v, dtype, *, scale=2.0, pad=0, batch=()):
+    full = (*batch, n, v + pad)
+    x = (torch.randn(full, device=DEVICE) * scale).to(dtype)
+    return x[..., :v] if pad else x
+
+
+def _target(n, v, *, ignore_every=4, batch=()):
+    t = torch.randint(0, v, (*batch, n), device=DEVICE)
+    if ignore_every:
+        t[..., 1::ignore_every] = IGNORE
+    return t
+
+
+def _ce_grad(fn, x, t, g=None, **options):
+    """(loss, dlogits) of ``fn`` for upstream gradient ``g`` (random when None)."""
+    leaf = x.detach().clone().requires_grad_(True)
+    loss = fn(leaf, t, **options)
+    if g is None:
+        g = torch.randn(loss.shape, device=DEVICE, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(loss, leaf, g.to(loss.dtype))
+    return loss, grad, g
+
+
+# ------------------------------------------------------------------------------------------ the reference
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_reference_is_torch_cross_entropy(reduction, smoothing):
+    """The spec's reference is torch's definition wherever torch has one (z-loss and softcap aside)."""
+    x, t = _logits(9, 50, torch.float64), _target(9, 50)
+    ours = reference.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+    theirs = functional.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing, ignore_index=IGNORE)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------- forward and backward
+
+CASES = [
+    pytest.param(1, 7, torch.float32, {}, id="1x7-one_tile-fp32"),
+    pytest.param(3, 33, torch.float16, {}, id="3x33-looped_tail-fp16"),
+    pytest.param(13, 300, torch.bfloat16, {}, id="13x300-bf16"),
+    pytest.param(13, 300, torch.float32, {"pad": 24}, id="13x300-strided-fp32"),
+    pytest.param(6, 33, torch.float32, {"batch": (2,)}, id="2x6x33-batched-fp32"),
+    pytest.param(13, 300, torch.float32, {"label_smoothing": 0.1}, id="smoothing-fp32"),
+    pytest.param(13, 300, torch.bfloat16, {"label_smoothing": 0.1, "reduction": "sum"}, id="smoothing-sum-bf16"),
+    pytest.param(13, 33, torch.float32, {"z_loss": 1e-2, "reduction": "none"}, id="zloss-none-fp32"),
+    pytest.param(13, 300, torch.float32, {"softcap": 3.0, "scale": 5.0}, id="softcap-fp32"),
+    pytest.param(13, 33, torch.float16, {"softcap": 30.0, "scale": 20.0, "z_loss": 1e-4, "label_smoothing": 0.2,
+                                         "reduction": "none"}, id="all_options-fp16"),
+]
+_SHAPE_KEYS = ("pad", "batch", "scale")
+
+
+@pytest.mark.parametrize(("n", "v", "dtype", "params"), CASES)
+def test_matches_float64_reference(n, v, dtype, params):
+    shape = {k: params[k] for k in _SHAPE_KEYS if k in params}
+    options = {k: val for k, val in params.items() if k not in _SHAPE_KEYS}
+    x, t = _logits(n, v, dtype, **shape), _target(n, v, batch=shape.get("batch", ()))
+    loss, grad, g = _ce_grad(cross_entropy, x, t, **options)
+    ref_loss, ref_grad, _ = _ce_grad(reference.cross_entropy, x.double(), t, g, **options)
+    base_loss, base_grad, _ = _ce_grad(reference.cross_entropy, x, t, g, **options)
+    assert loss.dtype == dtype and loss.shape == ref_loss.shape
+    assert grad.dtype == dtype and grad.shape == x.shape
+    _close(loss, ref_loss, base_loss, dtype)
+    _close(grad, ref_grad, base_grad, dtype)
+    # without autograd the kernel computes the loss alone (one read): the same value
+    no_grad = cross_entropy(x, t, **options)
+    torch.testing.assert_close(no_grad, loss.detach(), rtol=0, atol=0)
+
+
+def test_int32_targets_and_0d():
+    x, t = _logits(5, 33, torch.float32), _target(5, 33)
+    torch.testing.assert_close(cross_entropy(x, t.to(torch.int32)), cross_entropy(x, t), rtol=0, atol=0)
+    one = cross_entropy(x[0], t[0], reduction="none")  # logits [V], target 0-d
+    assert one.shape == ()
+    torch.testing.assert_close(one.double(), reference.cross_entropy(x[0].double(), t[0], reduction="none"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_extreme_logits(dtype):
+    """±1e4 logits: targets on the maximum (loss ~log of the ties), on −1e4 (loss ~2e4), elsewhere."""
+    x = _logits(6, 300, dtype)
+    x[:, 2::7] = 1e4
+    x[:, 3::11] = -1e4
+    t = torch.tensor([2, 3, 5, 9, IGNORE, 14], device=DEVICE)
+    for options in ({}, {"z_loss": 1e-4}, {"label_smoothing": 0.1, "reduction": "none"}, {"softcap": 30.0}):
+        loss, grad, g = _ce_grad(cross_entropy, x, t, **options)
+        ref_loss, ref_grad, _ = _ce_grad(reference.cross_entropy, x.double(), t, g, **options)
+        base_loss, base_grad, _ = _ce_grad(reference.cross_entropy, x, t, g, **options)
+        _close(loss, ref_loss, base_loss, dtype)
+        _close(grad, ref_grad, base_grad, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_all_ignored_is_zero_not_nan(reduction):
+    x = _logits(4, 33, torch.float32).requires_grad_(True)
+    t = torch.full((4,), IGNORE, device=DEVICE)
+    loss = cross_entropy(x, t, reduction=reduction, z_loss=1e-3, label_smoothing=0.1)
+    assert torch.equal(loss.detach(), torch.zeros_like(loss))  # torch's mean gives nan here
+    loss.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_custom_ignore_index():
+    x, t = _logits(6, 33, torch.float32), _target(6, 33, ignore_every=0)
+    t[::2] = 7  # a valid class used as the ignore index
+    ours = cross_entropy(x, t, ignore_index=7)
+    torch.testing.assert_close(ours, functional.cross_entropy(x, t, ignore_index=7), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ the stored gradient
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_backward_with_unit_grad_output_leaves_the_stored_gradient(reduction):
+    """loss.backward() (grad_output exactly 1) skips the scaling pass; the gradient is still exact."""
+    x, t = _logits(5, 33, torch.float32), _target(5, 33)
+    leaf = x.clone().requires_grad_(True)
+    loss = cross_entropy(leaf, t, reduction=reduction)
+    (loss if reduction == "mean" else loss.sum()).backward()
+    ref = x.double().requires_grad_(True)
+    ref_loss = reference.cross_entropy(ref, t, reduction=reduction)
+    (ref_loss if reduction == "mean" else ref_loss.sum()).backward()
+    torch.testing.assert_close(leaf.grad.double(), ref.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_retain_graph_second_backward_is_correct():
+    x, t = _logits(5, 33, torch.float32), _target(5, 33)
+    leaf = x.clone().requires_grad_(True)
+    loss = cross_entropy(leaf, t, reduction="none")
+    ref = x.double().requires_grad_(True)
+    ref_loss = reference.cross_entropy(ref, t, reduction="none")
+    for g in (torch.full((5,), 3.0), torch.tensor([1.0, -2.0, 0.5, 4.0, 1.0]), torch.ones(5)):
+        (ours,) = torch.autograd.grad(loss, leaf, g.to(DEVICE), retain_graph=True)
+        (want,) = torch.autograd.grad(ref_loss, ref, g.to(DEVICE).double(), retain_graph=True)
+        torch.testing.assert_close(ours.double(), want, rtol=1e-5, atol=1e-7)
+
+
+def test_retain_graph_after_a_zero_grad_output_is_loud():
+    """A row scaled by exactly 0 in place cannot be recovered: a second backward gives NaN there."""
+    leaf = _logits(2, 7, torch.float32).requires_grad_(True)
+    loss = cross_entropy(leaf, torch.tensor([1, 2], device=DEVICE), reduction="none")
+    torch.autograd.grad(loss, leaf, torch.tensor([0.0, 1.0], device=DEVICE), retain_graph=True)
+    (second,) = torch.autograd.grad(loss, leaf, torch.tensor([2.0, 0.0], device=DEVICE))
+    assert torch.isnan(second[0]).all() and torch.equal(second[1], torch.zeros_like(second[1]))
+
+
+def test_inplace_backward_writes_the_gradient_over_the_logits():
+    x, t = _logits(5, 33, torch.float32), _target(5, 33)
+    expected = _ce_grad(cross_entropy, x, t, torch.tensor(1.0))[1]
+    leaf = x.clone().requires_grad_(True)
+    version = leaf._version
+    loss = cross_entropy(leaf, t, inplace_backward=True)
+    assert leaf._version > version  # anyone else who saved logits now fails loudly
+    torch.testing.assert_close(leaf.detach(), expected, rtol=0, atol=0)  # the memory holds the gradient
+    loss.backward()
+    torch.testing.assert_close(leaf.grad, expected, rtol=0, atol=0)
+
+
+def test_inplace_backward_refuses_to_corrupt_a_saved_tensor():
+    x, t = _logits(5, 33, torch.float32).requires_grad_(True), _target(5, 33)
+    logits = x * 2.0
+    logits_sq = logits.square()  # saves `logits` for its backward
+    loss = cross_entropy(logits, t, inplace_backward=True) + logits_sq.sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_inplace_backward_on_a_strided_last_dim_falls_back():
+    x = _logits(33, 5, torch.float32).t()  # column stride 5: as_rows copies, logits stay untouched
+    t = _target(5, 33)
+    leaf = x.detach().requires_grad_(True)
+    before = leaf.detach().clone()
+    cross_entropy(leaf, t, inplace_backward=True).backward()
+    assert torch.equal(leaf.detach(), before)
+    torch.testing.assert_close(leaf.grad, _ce_grad(cross_entropy, x, t, torch.tensor(1.0))[1], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+def _raises(exc, name, fn, *args, **kwargs):
+    with pytest.raises(exc, match=name):
+        fn(*args, **kwargs)
+
+
+def test_bad_input_cross_entropy():
+    x, t = _logits(4, 33, torch.float32), _target(4, 33)
+    _raises(TypeError, "logits", cross_entropy, x.to(torch.int64), t)
+    _raises(TypeError, "logits", cross_entropy, x.double(), t)
+    _raises(TypeError, "logits", cross_entropy, x.tolist(), t)
+    _raises(ValueError, "logits", cross_entropy, x[:0], t[:0])
+    _raises(TypeError, "target", cross_entropy, x, t.float())
+    _raises(TypeError, "target", cross_entropy, x, t.tolist())
+    _raises(ValueError, "target", cross_entropy, x, t[:3])
+    _raises(ValueError, "target", cross_entropy, x, t.to("meta"))
+    bad = t.clone()
+    bad[0] = 33
+    _raises(ValueError, "target", cross_entropy, x, bad)
+    bad[0] = -1
+    _raises(ValueError, "target", cross_entropy, x, bad)
+    _raises(ValueError, "target", cross_entropy, x.requires_grad_(True), bad)
+    _raises(ValueError, "reduction", cross_entropy, x, t, reduction="avg")
+    _raises(ValueError, "label_smoothing", cross_entropy, x, t, label_smoothing=1.5)
+    _raises(TypeError, "label_smoothing", cross_entropy, x, t, label_smoothing="0.1")
+    _raises(ValueError, "z_loss", cross_entropy, x, t, z_loss=-1e-4)
+    _raises(ValueError, "softcap", cross_entropy, x, t, softcap=0.0)
+    _raises(TypeError, "ignore_index", cross_entropy, x, t, ignore_index=1.5)
+    _raises(TypeError, "inplace_backward", cross_entropy, x, t, inplace_backward=1)
+
+
+def test_bad_input_fused_linear():
+    h, w, t = torch.randn(4, 8, device=DEVICE), torch.randn(33, 8, device=DEVICE), _target(4, 33)
+    _raises(ValueError, "weight", fused_linear_cross_entropy, h, w[:, :7], t)
+    _raises(ValueError, "weight", fused_linear_cross_entropy, h, w[0], t)
+    _raises(TypeError, "weight", fused_linear_cross_entropy, h, w.half(), t)
+    _raises(TypeError, "hidden", fused_linear_cross_entropy, h.long(), w, t)
+    _raises(ValueError, "target", fused_linear_cross_entropy, h, w, t[:3])
+    _raises(ValueError, "weight", fused_linear_cross_entropy, h, w.to("meta"), t)
+    _raises(ValueError, "bias", fused_linear_cross_entropy, h, w, t, bias=torch.randn(32, device=DEVICE))
+    _raises(TypeError, "bias", fused_linear_cross_entropy, h, w, t, bias=torch.randn(33, device=DEVICE).half())
+    _raises(ValueError, "chunk_size", fused_linear_cross_entropy, h, w, t, chunk_size=0)
+    _raises(TypeError, "chunk_size", fused_linear_cross_entropy, h, w, t, chunk_size=2.0)
+    _raises(TypeError, "accum_dtype", fused_linear_cross_entropy, h, w, t, accum_dtype=torch.float16)
+    bad = t.clone()
+    bad[2] = 40
+    _raises(ValueError, "target", fused_linear_cross_entropy, h, w, bad)
+    _raises(ValueError, "reduction", fused_linear_cross_entropy, h, w, t, reduction="mean ")
+
+
+# ----------------------------------------------------------------------------------- fused linear + loss
+
+
+def _flce_grads(fn, h, w, t, b, g, **options):
+    leaves = [v.detach().clone().requires_grad_(True) for v in (h, w, b) if v is not None]
+    hh, ww = leaves[0], leaves[1]
+    bb = leaves[2] if b is not None else None
+    loss = fn(hh, ww, t, bias=bb, **options)
+    grads = torch.autograd.grad(loss, leaves, g.to(loss.dtype).expand(loss.shape) if g.dim() == 0 else
+                                g.to(loss.dtype))
+    return loss, grads
+
+
+FLCE_CASES = [
+    pytest.param(torch.float32, {}, id="mean-fp32"),
+    pytest.param(torch.float32, {"chunk_size": 3, "bias": True}, id="chunked-bias-fp32"),
+    pytest.param(torch.bfloat16, {"chunk_size": 4, "reduction": "sum"}, id="chunked-sum-bf16"),
+    pytest.param(torch.float32, {"chunk_size": 5, "reduction": "none", "bias": True}, id="none-deferred-fp32"),
+    pytest.param(torch.float32, {"chunk_size": 4, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 4.0},
+                 id="all_options-fp32"),
+    pytest.param(torch.bfloat16, {"chunk_size": 4, "accum_dtype": torch.bfloat16}, id="accum_bf16"),
+]
+
+
+@pytest.mark.parametrize(("dtype", "params"), FLCE_CASES)
+def test_fused_linear_matches_float64_reference(dtype, params):
+    n, hdim, v = 13, 16, 40
+    h = torch.randn(n, hdim, device=DEVICE).to(dtype)
+    w = (torch.randn(v, hdim, device=DEVICE) * hdim ** -0.5).to(dtype)
+    b = torch.randn(v, device=DEVICE).to(dtype) if params.get("bias") else None
+    t = _target(n, v)
+    options = {k: val for k, val in params.items() if k != "bias"}
+    ref_options = {k: val for k, val in options.items() if k not in ("chunk_size", "accum_dtype")}
+    g = torch.randn(n if options.get("reduction") == "none" else (), device=DEVICE, dtype=torch.float64)
+    loss, grads = _flce_grads(fused_linear_cross_entropy, h, w, t, b, g, **options)
+    ref_loss, ref_grads = _flce_grads(reference.fused_linear_cross_entropy, h.double(), w.double(), t,
+                                      None if b is None else b.double(), g, **ref_options)
+    base_loss, base_grads = _flce_grads(reference.fused_linear_cross_entropy, h, w, t, b, g, **ref_options)
+    _close(loss, ref_loss, base_loss, dtype)
+    for ours, ref, base in zip(grads, ref_grads, base_grads):
+        assert ours.dtype == dtype
+        _close(ours, ref, base, dtype)
+
+
+def test_fused_linear_is_deterministic_and_chunking_invariant():
+    h, w, t = torch.randn(13, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE) * 0.25, _target(13, 40)
+    g = torch.tensor(1.5, device=DEVICE)
+    first = _flce_grads(fused_linear_cross_entropy, h, w, t, None, g, chunk_size=4)
+    second = _flce_grads(fused_linear_cross_entropy, h, w, t, None, g, chunk_size=4)
+    whole = _flce_grads(fused_linear_cross_entropy, h, w, t, None, g)
+    for a, b, c in zip((first[0], *first[1]), (second[0], *second[1]), (whole[0], *whole[1])):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_linear_frozen_weight_and_no_grad():
+    h, w, t = torch.randn(6, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE) * 0.25, _target(6, 40)
+    leaf = h.clone().requires_grad_(True)
+    loss = fused_linear_cross_entropy(leaf, w, t)
+    loss.backward()
+    ref = h.double().requires_grad_(True)
+    reference.fused_linear_cross_entropy(ref, w.double(), t).backward()
+    torch.testing.assert_close(leaf.grad.double(), ref.grad, rtol=1e-5, atol=1e-7)
+    with torch.no_grad():
+        torch.testing.assert_close(fused_linear_cross_entropy(h, w, t), loss.detach(), rtol=0, atol=0)
+
+
+def test_fused_linear_retain_graph():
+    h, w, t = torch.randn(6, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE) * 0.25, _target(6, 40)
+    hh, ww = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    loss = fused_linear_cross_entropy(hh, ww, t, reduction="sum")
+    rh, rw = h.double().requires_grad_(True), w.double().requires_grad_(True)
+    ref = reference.fused_linear_cross_entropy(rh, rw, t, reduction="sum")
+    for g in (2.0, -0.5, 1.0):
+        ours = torch.autograd.grad(loss, (hh, ww), torch.tensor(g, device=DEVICE), retain_graph=True)
+        want = torch.autograd.grad(ref, (rh, rw), torch.tensor(g, device=DEVICE).double(), retain_graph=True)
+        for a, b in zip(ours, want):
+            torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_linear_batched_hidden_and_int32_targets():
+    h, w = torch.randn(2, 5, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE) * 0.25
+    t = _target(5, 40, batch=(2,))
+    leaf = h.clone().requires_grad_(True)
+    loss = fused_linear_cross_entropy(leaf, w, t.to(torch.int32), reduction="none", chunk_size=3)
+    assert loss.shape == (2, 5)
+    ref = h.double().requires_grad_(True)
+    want = reference.fused_linear_cross_entropy(ref, w.double(), t, reduction="none")
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-6)
+    loss.sum().backward()
+    want.sum().backward()
+    assert leaf.grad.shape == h.shape
+    torch.testing.assert_close(leaf.grad.double(), ref.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_chunk_rule():
+    assert flce_mod.chunk_rows(16384, 128256, 2) == 1024  # 263 MB of bf16 logits
+    assert flce_mod.chunk_rows(16384, 32000, 2) == 4096
+    assert flce_mod.chunk_rows(16384, 256000, 4) == 256
+    assert flce_mod.chunk_rows(100, 128256, 2) == 100
+    assert flce_mod.chunk_rows(10**6, 10**9, 4) == 1
+    # an fp32 accumulator's final cast (1.05 GB here) sets the peak: the chunk may grow to 1 GiB
+    assert flce_mod.chunk_rows(16384, 128256, 2, cast_bytes=128256 * 4096 * 2) == 4096
+    assert flce_mod.chunk_rows(16384, 32000, 2, cast_bytes=32000 * 4096 * 2) == 4096
+
+
+# ----------------------------------------------------------------------------------- plans and helpers
+
+
+def test_gpu_plans():
+    with planning_for_gpu():
+        assert kernels.plan(32000) == {"TILE": 32768, "ONE_TILE": True, "num_warps": 16}
+        assert kernels.plan(32000, softcap=True)["ONE_TILE"] is False
+        assert kernels.plan(65536) == {"TILE": 8192, "ONE_TILE": False, "num_warps": 16}
+        assert kernels.plan(128256) == {"TILE": 16384, "ONE_TILE": False, "num_warps": 32}
+        assert kernels.plan(100)["num_warps"] == 1
+
+
+@triton.jit
+def _tanh_kernel(p_x, p_y, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(p_y + o, _math.tanh(tl.load(p_x + o, mask=m, other=0.0)), mask=m)
+
+
+def test_tanh_helper_is_accurate_everywhere():
+    x = torch.cat([torch.logspace(-8, 3, 400), torch.tensor([0.0, 0.2499, 0.25, 0.2501, 20.0, 1e4])])
+    x = torch.cat([x, -x]).to(DEVICE)
+    y = torch.empty_like(x)
+    _tanh_kernel[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    want = torch.tanh(x.double())
+    rel = ((y.double() - want).abs() / want.abs().clamp(min=1e-30))
+    assert float(rel.max()) < 1e-6
+
+
+# ----------------------------------------------------------------------------- torch.compile and opcheck
+
+
+def test_torch_compile_fullgraph():
+    x, t = _logits(5, 33, torch.float32), _target(5, 33)
+
+    def step(x, t):
+        return cross_entropy(x, t, label_smoothing=0.1, softcap=20.0)
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (compiled(a, t) * 2).backward()
+    (step(b, t) * 2).backward()
+    torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+def test_torch_compile_fullgraph_fused_linear():
+    h, w, t = torch.randn(6, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE) * 0.25, _target(6, 40)
+
+    def step(h, w, t):
+        return fused_linear_cross_entropy(h, w, t, reduction="none", chunk_size=4).sum()
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    leaves = [v.clone().requires_grad_(True) for v in (h, w, h, w)]
+    compiled(leaves[0], leaves[1], t).backward()
+    step(leaves[2], leaves[3], t).backward()
+    torch.testing.assert_close(leaves[0].grad, leaves[2].grad, rtol=0, atol=0)
+    torch.testing.assert_close(leaves[1].grad, leaves[3].grad, rtol=0, atol=0)
+
+
+def test_opcheck():
+    from kernelworks.ops.cross_entropy.api import _CROSS_ENTROPY
+    from kernelworks.ops.cross_entropy.fused_linear import _FUSED_LINEAR_CROSS_ENTROPY
+
+    x, t = _logits(4, 33, torch.float32).requires_grad_(True), _target(4, 33)
+    torch.library.opcheck(_CROSS_ENTROPY.custom_op, (x, t, IGNORE, 0.1, "mean", 1e-4, 30.0, True, False))
+    torch.library.opcheck(_CROSS_ENTROPY.custom_op, (x, t, IGNORE, 0.0, "none", 0.0, None, True, False))
+    h = torch.randn(5, 8, device=DEVICE, requires_grad=True)
+    w = torch.randn(33, 8, device=DEVICE, requires_grad=True)
+    b = torch.randn(33, device=DEVICE, requires_grad=True)
+    for reduction in ("mean", "none"):
+        torch.library.opcheck(_FUSED_LINEAR_CROSS_ENTROPY.custom_op,
+                              (h, w, _target(5, 33), b, IGNORE, 0.0, reduction, 0.0, None, 2, torch.float32,
+                               True, True, True))
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [32000, 128256, 256000])
+def test_gpu_large_vocab(vocab):
+    x = (torch.randn(8, vocab, device="cuda") * 3).to(torch.bfloat16)
+    t = _target(8, vocab)
+    for options in ({}, {"label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0, "reduction": "none"}):
+        loss, grad, g = _ce_grad(cross_entropy, x, t, **options)
+        ref_loss, ref_grad, _ = _ce_grad(reference.cross_entropy, x.double(), t, g, **options)
+        base_loss, base_grad, _ = _ce_grad(reference.cross_entropy, x, t, g, **options)
+        _close(loss, ref_loss, base_loss, torch.bfloat16)
+        _close(grad, ref_grad, base_grad, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("accum", "limit_gb"), [(torch.bfloat16, 1.5), (torch.float32, 3.6)])
+def test_gpu_fused_linear_extra_peak_memory(accum, limit_gb):
+    """The memory target (hidden 4096, vocab 128256, 16k tokens): ≤ 1.5 GB beyond the inputs with
+    weight-dtype accumulation; the fp32 accumulator adds its documented V·H·4 + V·H·2 bytes."""
+    h = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(128256, 4096, device="cuda") * 4096 ** -0.5).to(torch.bfloat16).requires_grad_(True)
+    t = torch.randint(0, 128256, (16384,), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fused_linear_cross_entropy(h, w, t, accum_dtype=accum).backward()
+    torch.cuda.synchronize()
+    extra = (torch.cuda.max_memory_allocated() - base) / 1e9
+    assert extra <= limit_gb, f"extra peak {extra:.2f} GB"
