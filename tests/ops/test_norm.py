@@ -412,3 +412,35 @@ def test_gpu_many_rows_and_int64_offsets():
     w = torch.randn(65536, device=DEVICE, dtype=BF16)
     y = rms_norm(x, w)
     torch.testing.assert_close(y[-3:].float(), reference.rms_norm(x[-3:], w).float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("rms", [True, False], ids=["rms_norm", "layer_norm"])
+def test_strided_weight_and_bias_are_honoured(rms):
+    """A strided parameter view (w[::2]) must not be read as if contiguous (a silent wrong answer)."""
+    torch.manual_seed(3)
+    x = torch.randn(4, 64, device=DEVICE, requires_grad=True)
+    w_base = torch.randn(128, device=DEVICE)
+    b_base = torch.randn(128, device=DEVICE)
+    w = w_base[::2].requires_grad_()
+    b = b_base[::2].requires_grad_()
+    if rms:
+        y = rms_norm(x, w, eps=1e-6)
+        ref = torch.nn.functional.rms_norm(x.double(), (64,), w.double(), eps=1e-6)
+    else:
+        y = layer_norm(x, w, b, eps=1e-5)
+        ref = torch.nn.functional.layer_norm(x.double(), (64,), w.double(), b.double(), eps=1e-5)
+    torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=1e-5)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, [w] if rms else [w, b], dy)
+    refs = torch.autograd.grad(ref, [w] if rms else [w, b], dy.double())
+    for g, r in zip(grads, refs):
+        torch.testing.assert_close(g.double(), r.double(), atol=1e-4, rtol=1e-4)
+
+
+def test_module_parameters_take_the_eager_autograd_function():
+    """nn.Parameter inputs must not divert eager calls to the custom op (its dispatch costs ~100 µs)."""
+    from kernelworks.nn import RMSNorm
+
+    norm = RMSNorm(32)
+    y = norm(torch.randn(3, 32, device=DEVICE, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "NormFunctionBackward"

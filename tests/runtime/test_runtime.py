@@ -67,3 +67,20 @@ def test_torch_op_paths():
     out = torch.compile(kw.softmax, backend=backend, fullgraph=True)(x)
     assert any("kernelworks.softmax" in g for g in graphs)
     torch.testing.assert_close(out, y, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="compares the interpreter's plan with a GPU plan")
+def test_plans_are_keyed_on_where_kernels_run():
+    """A plan cached under the interpreter must not leak into planning for a GPU (kw inspect)."""
+    from kernelworks.ops.cross_entropy import kernels as ce
+    from kernelworks.ops.norm import backward, forward
+    from kernelworks.ops.softmax import _plan as softmax_plan
+    from kernelworks.runtime.device import planning_for_gpu
+
+    plans = [lambda: forward._plan(4, 1000), lambda: backward._plan(4, 1000, 0), lambda: softmax_plan(4, 1000),
+             lambda: ce.plan(1000)]
+    interpreted = [p() for p in plans]
+    with planning_for_gpu():
+        planned = [p() for p in plans]
+    for i, (a, b) in enumerate(zip(interpreted, planned)):
+        assert a != b, f"plan {i} is the same under the interpreter and for a GPU"

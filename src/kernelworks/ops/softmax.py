@@ -23,8 +23,6 @@ Statistics are fp32 whatever the input dtype; outputs are in the input dtype. Ro
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -32,7 +30,7 @@ import triton.language as tl
 from kernelworks.ops._math import LOG2E
 from kernelworks.runtime.alloc import empty_like
 from kernelworks.runtime.device import interpreter_active
-from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, launch, row_launch
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, launch, row_launch
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor
@@ -58,16 +56,11 @@ _INTERPRETER_ONE_PASS_MAX_COLS = 1024
 _INTERPRETER_LOOP_TILE = 256
 
 
+@cached_plan
 def _plan(n_rows: int, n_cols: int, backward: bool = False) -> tuple[bool, tuple[int], dict[str, int]]:
-    """``(looped, grid, launch options)`` for a ``[n_rows, n_cols]`` problem."""
-    return _cached_plan(n_rows, n_cols, backward, interpreter_active())
-
-
-@functools.lru_cache(maxsize=512)
-def _cached_plan(n_rows: int, n_cols: int, backward: bool, interpreted: bool) -> tuple[bool, tuple[int], dict]:
-    """:func:`_plan`, cached (host time is most of a small call's cost: a 1×4096 softmax runs ~3 µs on the
-    GPU) under a key that includes where kernels run, so interpreter plans never leak to a GPU plan."""
-    if interpreted:
+    """``(looped, grid, launch options)`` for a ``[n_rows, n_cols]`` problem (cached: host time is most of
+    a small call's cost — a 1×4096 softmax runs ~3 µs on the GPU)."""
+    if interpreter_active():
         if n_cols > _INTERPRETER_ONE_PASS_MAX_COLS:
             return True, (n_rows,), {"TILE": _INTERPRETER_LOOP_TILE, "num_warps": 1}
     elif n_cols > ONE_PASS_MAX_COLS:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import triton
 
@@ -15,6 +18,27 @@ MAX_FUSED_ROW_BYTES = 128 * 1024
 64M elements): one pass holds 92% of copy bandwidth at 32768 columns (96% with two such rows, y and dy, in
 the backward) and spills past it (73% forward at 65536; Liger falls from 3.0 to ~2.0 TB/s at 65k, per
 quack's notes)."""
+
+
+_Plan = TypeVar("_Plan", bound=Callable[..., Any])
+
+
+def cached_plan(fn: _Plan) -> _Plan:
+    """Cache a launch-plan function per argument tuple *and* per place kernels run.
+
+    A plan is most of a small call's host cost, so launchers cache it; but the same shape plans
+    differently under the interpreter (tiny tiles, one warp) and on a GPU — also while ``kw inspect``
+    plans for a GPU on a CPU machine (:func:`~kernelworks.runtime.device.planning_for_gpu`) — so the key
+    carries :func:`interpreter_active`. Every op family plans through this, never a bare ``lru_cache``.
+    """
+    cached = functools.lru_cache(maxsize=1024)(lambda interpreted, *args, **kwargs: fn(*args, **kwargs))
+
+    @functools.wraps(fn)
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        return cached(interpreter_active(), *args, **kwargs)
+
+    plan.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return plan  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ from typing import Any
 
 import torch
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+"""Tensor types the eager paths take; anything else (FakeTensor, other subclasses) goes to the custom op,
+whose dispatch knows what to do with it. ``nn.Parameter`` is a plain tensor here: a module's weight must not
+send every call down the ~100 µs custom-op path."""
+
 
 class TorchOp:
     """A forward/backward kernel pair exposed as ``kernelworks::<name>`` (+ ``<name>_backward``) custom ops
@@ -61,7 +66,7 @@ class TorchOp:
         (FakeTensor, …); else the plain forward when no autograd graph is being recorded (a 1×4096 softmax
         runs ~3 µs on the GPU: every µs of host time shows); else the autograd Function."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):
+        if torch.compiler.is_compiling() or any(type(t) not in _PLAIN for t in tensors):
             return self.custom_op(*args)
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
             return self._forward(*args)

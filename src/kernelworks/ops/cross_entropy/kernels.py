@@ -23,8 +23,6 @@ then ``dx · grad_output`` (``_cross_entropy_bwd_kernel``), in place in eager mo
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -33,7 +31,7 @@ from kernelworks.ops._math import LOG2E, tanh
 from kernelworks.ops.softmax import online_max_sum
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
-from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cdiv, launch, next_pow2
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, next_pow2
 
 ONE_TILE_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
 """Longest row (32768: Llama-2/Mistral vocabularies) the kernel keeps whole in registers as fp32, reading
@@ -63,17 +61,14 @@ _INTERPRETER_STATS_BLOCK = 32
 _INTERPRETER_SCALE_BLOCK, _INTERPRETER_SCALE_PROGRAMS = 64, 4
 
 
+@cached_plan
 def plan(n_cols: int, softcap: bool = False) -> dict[str, int | bool]:
     """Launch options of ``_cross_entropy_fwd_kernel`` for rows of ``n_cols`` (cached per place kernels run).
 
     Soft-capping halves the one-tile limit and takes the 8192-column loop: its tanh's temporaries over a
     32768-column row spill (392 B a thread at 16 warps, 184 B at 32, compiled for sm_90; none at 16384).
     """
-    return _cached_plan(n_cols, softcap, interpreter_active())
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_plan(n_cols: int, softcap: bool, interpreted: bool) -> dict[str, int | bool]:
+    interpreted = interpreter_active()
     if interpreted:
         if n_cols <= _INTERPRETER_ONE_TILE_MAX_COLS:
             return {"TILE": next_pow2(n_cols), "ONE_TILE": True, "num_warps": 1}

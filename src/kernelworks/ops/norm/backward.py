@@ -27,10 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.norm.forward import INTERPRETER_ONE_PASS_MAX_COLS, INTERPRETER_TILE, weight_scale
+from kernelworks.ops.norm.forward import INTERPRETER_ONE_PASS_MAX_COLS, INTERPRETER_TILE, unit_stride, weight_scale
 from kernelworks.runtime.alloc import empty, empty_like
 from kernelworks.runtime.device import interpreter_active
-from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cdiv, launch, row_launch
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, row_launch
 from kernelworks.runtime.layout import as_rows
 
 BWD_ONE_PASS_MAX_COLS = MAX_FUSED_ROW_BYTES // 8
@@ -224,7 +224,7 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-@functools.lru_cache(maxsize=512)
+@cached_plan
 def _plan(n_rows: int, n_cols: int, device_index: int) -> tuple[bool, tuple[int, int], dict[str, int]]:
     """``(split, grid, options)`` of the main backward kernel; cached per shape."""
     interp = interpreter_active()
@@ -249,6 +249,7 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
     the gradient of the returned residual stream (None: none). ``dw``/``db`` are computed (in
     ``dw_dtype``/``db_dtype``) only when a dtype is given, else None. ``dx`` is contiguous in h's dtype.
     """
+    weight = unit_stride(weight)  # see norm_fwd
     dy2, h2 = as_rows(dy), as_rows(h)
     n_rows, n_cols = h2.shape
     dh2 = as_rows(dh) if dh is not None else dy2

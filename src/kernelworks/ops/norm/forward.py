@@ -18,15 +18,13 @@ residual) exactly, as an unfused add-then-norm computes it. Two kernel shapes:
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from kernelworks.runtime.alloc import empty, empty_like
 from kernelworks.runtime.device import interpreter_active
-from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cdiv, launch, row_launch
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, row_launch
 from kernelworks.runtime.layout import as_rows
 
 FWD_ONE_PASS_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
@@ -215,7 +213,12 @@ def _norm_fwd_looped_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_cols
 # ---------------------------------------------------------------------------------------------- launchers
 
 
-@functools.lru_cache(maxsize=512)
+def unit_stride(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` itself when its elements are adjacent (a no-op for parameters), else a contiguous copy."""
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
+@cached_plan
 def _plan(n_rows: int, n_cols: int) -> tuple[bool, tuple[int, ...], dict[str, int]]:
     """``(looped, grid, launch options)``; cached, host time is most of a small call's cost."""
     limit = INTERPRETER_ONE_PASS_MAX_COLS if interpreter_active() else FWD_ONE_PASS_MAX_COLS
@@ -236,6 +239,8 @@ def norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
     ``y`` and ``h = x + residual`` (None without a residual) are contiguous in ``x``'s dtype; ``stats`` is
     fp32 ``[1, rows]`` (rstd, RMSNorm) or ``[2, rows]`` (mean, rstd, LayerNorm).
     """
+    # the kernels index weight and bias with unit stride: a strided view (w[::2]) is copied on purpose
+    weight, bias = unit_stride(weight), unit_stride(bias)
     x2 = as_rows(x)
     n_rows, n_cols = x2.shape
     y = empty_like(x)
