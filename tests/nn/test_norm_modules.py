@@ -85,3 +85,14 @@ def test_mixed_precision_parameters():
     y.float().sum().backward()
     assert x.grad.dtype == torch.bfloat16 and m.weight.grad.dtype == torch.float32
     assert m.bias.grad.dtype == torch.float32
+
+
+def test_layernorm_positional_arguments_follow_torch():
+    ours, theirs = LayerNorm(16, 1e-5, False), torch.nn.LayerNorm(16, 1e-5, False)
+    assert ours.weight is None and theirs.weight is None
+    assert LayerNorm(16, 1e-5, True, False).bias is None
+
+
+def test_rmsnorm_offset_without_weight_fails_at_construction():
+    with pytest.raises(ValueError, match="offset"):
+        RMSNorm(16, offset=1.0, elementwise_affine=False)

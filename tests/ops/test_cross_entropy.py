@@ -480,3 +480,36 @@ def test_gpu_fused_linear_extra_peak_memory(accum, limit_gb):
     torch.cuda.synchronize()
     extra = (torch.cuda.max_memory_allocated() - base) / 1e9
     assert extra <= limit_gb, f"extra peak {extra:.2f} GB"
+
+
+@pytest.mark.gpu
+def test_gpu_offsets_past_2_31_elements():
+    """16384 tokens × 256000 vocab = 4.2e9 logits: row offsets must be int64 (the last rows prove it)."""
+    n, v = 16384, 256000
+    x = torch.randn(n, v, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, v, (n,), device="cuda")
+    loss = cross_entropy(x, t, reduction="none")
+    rows = torch.arange(n - 64, n, device="cuda")  # rows whose offsets pass 2^31
+    ref = torch.nn.functional.cross_entropy(x[rows].float(), t[rows], reduction="none")
+    _close(loss[rows], ref.double(), torch.nn.functional.cross_entropy(x[rows], t[rows], reduction="none"),
+           torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_linear_fp32_accumulation_values():
+    """The default (fp32 grad_weight accumulation, addmm with out_dtype) checked against float64."""
+    n, h, v = 1024, 256, 4096
+    hidden = torch.randn(n, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(v, h, device="cuda") * 0.05).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, v, (n,), device="cuda")
+    loss = fused_linear_cross_entropy(hidden, weight, target, chunk_size=256)
+    gh, gw = torch.autograd.grad(loss, [hidden, weight])
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h64 @ w64.T, target)
+    rh, rw = torch.autograd.grad(ref, [h64, w64])
+    hb, wb = hidden.detach().requires_grad_(), weight.detach().requires_grad_()
+    base = torch.nn.functional.cross_entropy(hb @ wb.T, target)
+    bh, bw = torch.autograd.grad(base, [hb, wb])
+    _close(loss, ref, base, torch.bfloat16)
+    _close(gh, rh, bh, torch.bfloat16)
+    _close(gw, rw, bw, torch.bfloat16)

@@ -35,6 +35,9 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden: int, eps: float = 1e-6, offset: float = 0.0, *, elementwise_affine: bool = True,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        if offset != 0.0 and not elementwise_affine:
+            raise ValueError(f"offset: scales (offset + weight), so it needs elementwise_affine=True; got "
+                             f"offset={offset} with elementwise_affine=False")
         self.hidden_size = hidden
         self.eps = eps
         self.offset = offset
@@ -54,13 +57,13 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm over the last dimension, as ``torch.nn.LayerNorm(hidden, eps, bias=bias)``.
+    """LayerNorm over the last dimension; arguments in ``torch.nn.LayerNorm``'s order, so it drops in.
 
     Args:
         hidden: size of the last dimension.
         eps: added to the variance (default 1e-5).
-        bias: hold a learnable ``bias`` (default True).
         elementwise_affine: hold a learnable ``weight`` (and ``bias``) at all (default True).
+        bias: hold a learnable ``bias`` (default True).
         device, dtype: of the parameters.
 
     Example::
@@ -70,7 +73,7 @@ class LayerNorm(nn.Module):
         y, residual = norm(x, residual)
     """
 
-    def __init__(self, hidden: int, eps: float = 1e-5, bias: bool = True, *, elementwise_affine: bool = True,
+    def __init__(self, hidden: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.hidden_size = hidden

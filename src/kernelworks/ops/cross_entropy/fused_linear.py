@@ -269,7 +269,9 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     Args:
         hidden: ``[..., H]`` (``[N, H]`` usually) float32, float16 or bfloat16, on CUDA (CPU under the Triton
             interpreter): the last hidden states.
-        weight: ``[V, H]``, same dtype and device: the LM head (``lm_head.weight``).
+        weight: ``[V, H]``, same dtype and device: the LM head (``lm_head.weight``). An fp32 master weight
+            with bf16 activations (autocast) is refused with a TypeError rather than cast silently: pass
+            ``weight.to(hidden.dtype)`` (custom ops are not autocast-aware).
         target: ``hidden.shape[:-1]`` int64/int32 class indices in ``[0, V)`` or ``ignore_index``.
         bias: optional ``[V]``, same dtype.
         ignore_index, label_smoothing, reduction, z_loss, softcap: as :func:`cross_entropy` (mean over the
@@ -281,7 +283,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         accum_dtype: ``grad_weight``'s accumulator across chunks: ``torch.float32`` (default: one rounding
             at the end; costs V·H·4 bytes more, 2.1 GB at 128256 × 4096, and V·H·itemsize for the final
             cast: ~3.3 GB extra peak at 16k tokens) or ``weight.dtype`` (no extra buffer, ~1.45 GB extra
-            peak there; one rounding per chunk, Liger's default). ``grad_bias`` always accumulates in fp32.
+            peak there; one rounding per chunk, Liger's default). Both peaks are computed, not yet measured.
+            ``grad_bias`` always accumulates in fp32.
 
     Returns:
         The loss in ``hidden``'s dtype: a scalar for ``mean``/``sum``, ``target``-shaped for ``none``.

@@ -119,7 +119,7 @@ def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, st
     freshest tiles in L2 first — writing dx with streaming stores so the writes do not evict rows still to
     be re-read. An out-of-range target (not ``ignore_index``) gives a NaN loss and is never dereferenced.
     """
-    i_r = tl.program_id(0).to(tl.int64)  # int64: row · stride passes 2^31 at 16k tokens × 128k vocab
+    i_r = tl.program_id(0).to(tl.int64)  # int64: row · stride passes 2^31 at 16k tokens × 256k vocab
     p_x += i_r * stride_x
     p_dx += i_r * stride_dx
     o_t = tl.arange(0, TILE)
