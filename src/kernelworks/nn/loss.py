@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from kernelworks.ops.cross_entropy.api import check_options, cross_entropy
-from kernelworks.ops.cross_entropy.fused_linear import fused_linear_cross_entropy
+from kernelworks.ops.cross_entropy.fused_linear import check_chunk_size, fused_linear_cross_entropy
 
 
 def _options_repr(module: nn.Module) -> str:
@@ -73,9 +73,7 @@ class FusedLinearCrossEntropyLoss(nn.Module):
                  accum_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         check_options(ignore_index, label_smoothing, reduction, z_loss, softcap)
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                       or chunk_size < 1):
-            raise ValueError(f"chunk_size: expected a positive int or None, got {chunk_size!r}")
+        check_chunk_size(chunk_size)
         if not isinstance(accum_dtype, torch.dtype):
             raise TypeError(f"accum_dtype: expected a torch.dtype, got {type(accum_dtype).__name__}")
         self.ignore_index = ignore_index

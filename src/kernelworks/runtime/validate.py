@@ -7,6 +7,7 @@ with a message naming the argument, what was expected and what came, so a bad ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -79,3 +80,21 @@ def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
     """The last dimension has stride 1 (for kernels that take row strides but not element strides)."""
     if t.stride(-1) != 1:
         raise ValueError(f"{name}: expected a unit stride in the last dimension, got strides {t.stride()}")
+
+
+def check_real(name: str, value: object, *, low: float | None = None, high: float | None = None,
+               low_inclusive: bool = True) -> float:
+    """A finite real number (bools refused) within ``[low, high]`` (``(low, high]`` when not
+    ``low_inclusive``); returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
+    below = low is not None and (value < low if low_inclusive else value <= low)
+    if not math.isfinite(value) or below or (high is not None and value > high):
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'>=' if low_inclusive else '>'} {low}")
+        if high is not None:
+            bounds.append(f"<= {high}")
+        raise ValueError(f"{name}: expected a finite number{' ' + ' and '.join(bounds) if bounds else ''}, "
+                         f"got {value}")
+    return float(value)

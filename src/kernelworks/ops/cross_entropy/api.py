@@ -16,7 +16,6 @@ rows the first backward scaled by exactly 0, which become NaN (loud, not silentl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -26,7 +25,7 @@ from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.torch_op import TorchOp
-from kernelworks.runtime.validate import check_dtype, check_float_tensor, check_same_device, check_tensor
+from kernelworks.runtime.validate import check_dtype, check_float_tensor, check_real, check_same_device, check_tensor
 
 REDUCTIONS = ("mean", "sum", "none")
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -34,30 +33,17 @@ TARGET_DTYPES = (torch.int64, torch.int32)
 # ------------------------------------------------------------------------------------- shared validation
 
 
-def _is_real(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def check_options(ignore_index: object, label_smoothing: object, reduction: object, z_loss: object,
                   softcap: object) -> None:
     """The loss options: TypeError for a wrong kind, ValueError for a value out of range."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
-    if not _is_real(label_smoothing):
-        raise TypeError(f"label_smoothing: expected a float, got {type(label_smoothing).__name__}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing: expected a value in [0, 1], got {label_smoothing}")
+    check_real("label_smoothing", label_smoothing, low=0.0, high=1.0)
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise ValueError(f"reduction: expected one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
-    if not _is_real(z_loss):
-        raise TypeError(f"z_loss: expected a float, got {type(z_loss).__name__}")
-    if not (math.isfinite(z_loss) and z_loss >= 0):
-        raise ValueError(f"z_loss: expected a finite value >= 0, got {z_loss}")
+    check_real("z_loss", z_loss, low=0.0)
     if softcap is not None:
-        if not _is_real(softcap):
-            raise TypeError(f"softcap: expected a float or None, got {type(softcap).__name__}")
-        if not (math.isfinite(softcap) and softcap > 0):
-            raise ValueError(f"softcap: expected a finite value > 0 (or None for no capping), got {softcap}")
+        check_real("softcap", softcap, low=0.0, low_inclusive=False)
 
 
 def check_target(target: object, rows_shape: Sequence[int], rows_name: str, rows_tensor: torch.Tensor) -> None:

@@ -233,6 +233,14 @@ _FUSED_LINEAR_CROSS_ENTROPY = TorchOp(
 # ------------------------------------------------------------------------------------------- public API
 
 
+def check_chunk_size(chunk_size: object) -> None:
+    """``chunk_size`` is None (the default rule) or a positive int; shared with the nn module."""
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)):
+        raise TypeError(f"chunk_size: expected an int or None, got {type(chunk_size).__name__}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive number of tokens, got {chunk_size}")
+
+
 def _check_inputs(hidden: object, weight: object, target: object, bias: object, chunk_size: object,
                   accum_dtype: object) -> None:
     check_float_tensor("hidden", hidden)
@@ -250,10 +258,7 @@ def _check_inputs(hidden: object, weight: object, target: object, bias: object, 
             raise ValueError(f"bias: expected shape ({weight.shape[0]},) (the vocabulary of weight "
                              f"{tuple(weight.shape)}), got {tuple(bias.shape)}")
     check_target(target, hidden.shape[:-1], "hidden", hidden)
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)):
-        raise TypeError(f"chunk_size: expected an int or None, got {type(chunk_size).__name__}")
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive number of tokens, got {chunk_size}")
+    check_chunk_size(chunk_size)
     if accum_dtype not in (torch.float32, weight.dtype):
         raise TypeError(f"accum_dtype: expected torch.float32 or weight's dtype {weight.dtype}, got {accum_dtype}")
 

@@ -9,8 +9,6 @@ of recomputing them; it is marked non-differentiable and not returned to the cal
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kernelworks.ops.norm.backward import norm_bwd
@@ -18,6 +16,7 @@ from kernelworks.ops.norm.forward import norm_fwd
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
+    check_real,
     check_same_device,
     check_same_dtype,
     check_same_shape,
@@ -139,15 +138,6 @@ _add_norm = TorchOp("add_norm", forward=_forward_add, forward_fake=_forward_add_
 # ------------------------------------------------------------------------------------------- public API
 
 
-def _check_number(name: str, value: object, *, minimum: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
-    if not math.isfinite(value) or (minimum is not None and value < minimum):
-        want = f"a finite number >= {minimum}" if minimum is not None else "a finite number"
-        raise ValueError(f"{name}: expected {want}, got {value}")
-    return float(value)
-
-
 def _check(x: object, weight: object, bias: object, residual: object) -> None:
     """Shapes, dtypes, devices. ``weight``/``bias`` may have their own float dtype (fp32 parameters with
     16-bit activations is the usual mixed-precision layout); ``residual`` must match ``x`` exactly."""
@@ -203,8 +193,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
         y, residual = kw.rms_norm(attn_out, w, residual=residual)  # add + norm, one pass
     """
     _check(x, weight, None, residual)
-    eps = _check_number("eps", eps, minimum=0.0)
-    offset = _check_number("offset", offset)
+    eps = check_real("eps", eps, low=0.0)
+    offset = check_real("offset", offset)
     if weight is None and offset != 0.0:
         raise ValueError(f"offset: scales (offset + weight), so it needs a weight; got offset={offset} "
                          "with weight=None")
@@ -237,5 +227,5 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         y, residual = kw.layer_norm(x, w, b, residual=residual)
     """
     _check(x, weight, bias, residual)
-    eps = _check_number("eps", eps, minimum=0.0)
+    eps = check_real("eps", eps, low=0.0)
     return _apply(x, residual, weight, bias, eps, 0.0, False)
