@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
 
@@ -75,3 +76,12 @@ def device_name() -> str:
     if has_gpu():
         return torch.cuda.get_device_name()
     return "cpu (Triton interpreter)"
+
+
+@functools.lru_cache(maxsize=64)
+def sm_count(device_index: int = 0) -> int:
+    """Multiprocessors of a CUDA device; 132 (an H100 SXM, the project's target) with no GPU present, where
+    launches are only planned (``kw inspect``) or interpreted."""
+    if not torch.cuda.is_available():
+        return 132
+    return torch.cuda.get_device_properties(device_index).multi_processor_count

@@ -21,15 +21,13 @@ h instead of one, but no row and no ``[hidden]`` accumulator has to fit in regis
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from kernelworks.ops.norm.forward import INTERPRETER_ONE_PASS_MAX_COLS, INTERPRETER_TILE, unit_stride, weight_scale
 from kernelworks.runtime.alloc import empty, empty_like
-from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.device import interpreter_active, sm_count
 from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, row_launch
 from kernelworks.runtime.layout import as_rows
 
@@ -215,15 +213,6 @@ def _norm_bwd_reduce_kernel(p_part, p_out0, p_out1, n_part, n_cols,
 # ---------------------------------------------------------------------------------------------- launchers
 
 
-@functools.lru_cache(maxsize=64)
-def _sm_count(device_index: int) -> int:
-    """SMs of the device; 132 (an H100 SXM, the project's target) when launches are planned with no GPU
-    present (``kw inspect`` on a CPU machine)."""
-    if not torch.cuda.is_available():
-        return 132
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 @cached_plan
 def _plan(n_rows: int, n_cols: int, device_index: int) -> tuple[bool, tuple[int, int], dict[str, int]]:
     """``(split, grid, options)`` of the main backward kernel; cached per shape."""
@@ -233,7 +222,7 @@ def _plan(n_rows: int, n_cols: int, device_index: int) -> tuple[bool, tuple[int,
     width = (_INTERPRETER_CHUNK if interp else BWD_CHUNK) if split else n_cols
     cfg = row_launch(width, n_rows, **({"min_elems": _INTERPRETER_MIN_ELEMS} if interp else {}))
     chunks = cdiv(n_cols, cfg.BLOCK_N)
-    target = _INTERPRETER_PROGRAMS if interp else PROGRAMS_PER_SM * _sm_count(device_index)
+    target = _INTERPRETER_PROGRAMS if interp else PROGRAMS_PER_SM * sm_count(device_index)
     programs = max(1, min(cdiv(n_rows, cfg.ROWS), cdiv(target, chunks)))
     prefetch = cfg.BLOCK_N * cfg.ROWS <= PREFETCH_MAX_ELEMS
     return split, (programs, chunks), {"BLOCK_N": cfg.BLOCK_N, "ROWS": cfg.ROWS, "PREFETCH": prefetch,
