@@ -2,7 +2,10 @@
 
     kw check examples/user_kernel.py:SPEC      # correctness checklist (CPU interpreter or GPU)
     kw bench examples/user_kernel.py:SPEC      # timing against torch and torch.compile (GPU)
-    python examples/user_kernel.py             # the same from Python
+    kw lint examples/user_kernel.py            # static checks of the kernel source
+    kw inspect examples/user_kernel.py:SPEC    # registers, occupancy, SASS mix for sm_90 (no GPU needed)
+    kw diagnose examples/user_kernel.py:SPEC --case 8192x8192   # what limits it (GPU)
+    python examples/user_kernel.py             # check (and bench) from Python
 
 The kernel is a leaky ReLU with a learnable-free slope: y = x if x > 0 else slope·x.
 """
