@@ -3,8 +3,9 @@
 ``torch.compile`` needs custom ops (fake implementations for tracing, opaque nodes in the graph, registered
 autograd). In eager mode the same custom op costs ~100 µs of host time per call on our H100 host (154 µs
 for the activation forward op against 51 µs for the bare Triton launch; docs/notes/activation.md), more
-than a 8192×8192 bf16 row kernel takes on the GPU. So every op is defined once here and :meth:`TorchOp.__call__` takes the custom
-op while tracing and an ``autograd.Function`` running the same bodies otherwise.
+than a 8192×8192 bf16 row kernel takes on the GPU. So every op is defined once here and
+:meth:`TorchOp.__call__` takes the custom op while tracing and an ``autograd.Function`` running the same
+bodies otherwise.
 
     op = TorchOp("softmax", forward=_fwd, forward_fake=_fwd_fake, backward=_bwd, backward_fake=_bwd_fake,
                  setup_context=_save, input_grads=_grads)
