@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session of kernelworks in a single call (the lent machine keeps nothing between sessions):
-#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench (default: all three)
+#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench diagnose (default: check tests bench)
+# BENCH_OPS="op1 op2" narrows the bench (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
+# DEADLINE_S (default 570) bounds the whole call: each stage gets the time left, so the tarball is always made.
 # Peer wheels (liger-kernel) are taken from .whl/ when present. Everything lands in $OUT (or ./gpu-out):
 # logs, the results JSON tree and a tarball of both; the last lines printed are the summary.
 set -uo pipefail
@@ -15,6 +17,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 stages=${*:-check tests bench}
+start=$(date +%s)
+deadline=${DEADLINE_S:-570}
+left() { echo $(( deadline - ($(date +%s) - start) - 20 )); }
 kw() { python3 -m kernelworks "$@"; }
 kw --version | tee "$OUT/session.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/session.log"
@@ -23,9 +28,18 @@ summary=()
 for stage in $stages; do
   t0=$(date +%s)
   case $stage in
-    check) kw check all > "$OUT/check.log" 2>&1; rc=$?; tail -1 "$OUT/check.log" ;;
-    tests) python3 -m pytest -q tests > "$OUT/tests.log" 2>&1; rc=$?; tail -1 "$OUT/tests.log" ;;  # no -x: one GPU call must show every failure
-    bench) kw bench ${BENCH_OPS:-all} --save "$OUT/results" > "$OUT/bench.log" 2>&1; rc=$? ;;
+    check) timeout "$(left)" python3 -m kernelworks check all > "$OUT/check.log" 2>&1; rc=$?; tail -1 "$OUT/check.log" ;;
+    # no -x: one GPU call must show every failure
+    tests) timeout "$(left)" python3 -m pytest -q tests > "$OUT/tests.log" 2>&1; rc=$?; tail -1 "$OUT/tests.log" ;;
+    bench) timeout "$(left)" python3 -m kernelworks bench ${BENCH_OPS:-all} --save "$OUT/results" \
+             > "$OUT/bench.log" 2>&1; rc=$? ;;
+    diagnose)
+      rc=0
+      for item in ${DIAGNOSE:-softmax:8192x8192}; do
+        timeout "$(left)" python3 -m kernelworks diagnose "${item%%:*}" --case "${item#*:}" --ncu \
+          >> "$OUT/diagnose.log" 2>&1 || rc=$?
+      done
+      cat "$OUT/diagnose.log" ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   summary+=("$stage rc=$rc $(( $(date +%s) - t0 ))s")

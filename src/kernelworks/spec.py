@@ -35,6 +35,7 @@ Inputs = dict[str, Any]
 """Keyword arguments for a provider: tensors and plain options (``approximate="tanh"``)."""
 
 MODES = ("fwd", "bwd")
+STEP = "fwd+bwd"  # a bench-only mode: the training step, forward then backward, with its peak memory
 """Bench/check directions. ``bwd`` is the backward pass alone (the forward runs outside the timed region)."""
 
 
@@ -152,6 +153,9 @@ class OpSpec:
         tolerance: ``tolerance(dtype) -> Tolerance``.
         deterministic: repeated runs on the same inputs must agree bit for bit.
         configs: tunable kernels' search space.
+        bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
+            peak memory) by default — for ops whose work moves between directions across providers
+            (a loss that writes its gradient in the forward), where only the sum compares fairly.
     """
 
     name: str
@@ -167,6 +171,7 @@ class OpSpec:
     deterministic: bool = True
     baselines: tuple[str, ...] = ("torch", "torch.compile")
     configs: Sequence[Mapping[str, Any]] = ()
+    bench_step: bool = False
     description: str = ""
     _compiled_reference: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
@@ -182,6 +187,11 @@ class OpSpec:
     def modes(self) -> tuple[str, ...]:
         """``("fwd",)`` or ``("fwd", "bwd")`` when the op has gradients."""
         return MODES if self.grad_inputs else ("fwd",)
+
+    @property
+    def bench_modes(self) -> tuple[str, ...]:
+        """The modes ``kw bench`` times by default: :attr:`modes`, plus :data:`STEP` with ``bench_step``."""
+        return self.modes + ((STEP,) if self.bench_step and self.grad_inputs else ())
 
     def all_providers(self) -> dict[str, Provider]:
         """The spec's providers plus the baselines derived from the reference (eager and torch.compile)."""

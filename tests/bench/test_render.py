@@ -49,3 +49,20 @@ def test_save_render_and_plot(tmp_path):
 def test_gpu_slug():
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
     assert gpu_slug(None) == "cpu"
+
+
+def test_step_mode_shows_peak_memory():
+    recs = [BenchRecord("cross_entropy", "v-bf16", {}, "bf16", "fwd+bwd", prov, "ok", median_ms=ms, gbs=100.0,
+                        tflops=0.1, pct_sol=10.0, peak_mb=mb)
+            for prov, ms, mb in (("kernelworks", 1.0, 250.0), ("torch", 3.0, 4200.0))]
+    table = bench_table(recs)
+    assert "peak MB" in table and "4200" in table and "250" in table
+    md = op_markdown({"op": "cross_entropy", "records": [r.as_dict() for r in recs]})
+    assert "| v-bf16 | 1000 (100; 250 MB) | 3000 (100; 4200 MB) | 3 |" in md
+
+
+def test_bench_modes_add_the_step_only_when_asked():
+    from kernelworks.spec import STEP, load_spec
+
+    assert STEP in load_spec("cross_entropy").bench_modes
+    assert load_spec("softmax").bench_modes == ("fwd", "bwd")

@@ -18,7 +18,7 @@ from kernelworks.bench.timing import time_fn
 from kernelworks.check.compare import compare
 from kernelworks.check.engine import as_outputs, upcast, with_grad_leaves
 from kernelworks.hardware import Ceilings, ceilings
-from kernelworks.spec import Case, OpSpec, dtype_name
+from kernelworks.spec import STEP, Case, Cost, OpSpec, dtype_name
 
 
 @dataclass
@@ -41,6 +41,7 @@ class BenchRecord:
     bound: str | None = None
     rel_l2_err: float | None = None
     sweep: str | None = None  # the param a "sweep:<param>" tagged case varies (plotted as a line)
+    peak_mb: float | None = None  # STEP mode: device memory one step allocates beyond its inputs, at peak
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,15 +65,42 @@ def _verify(spec: OpSpec, case: Case, out: Any, ref: tuple, base: tuple) -> tupl
 
 
 def timed_call(spec: OpSpec, mode: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Callable[[], Any]:
-    """The closure to time (or profile): the forward call, or the backward alone on a graph built once."""
+    """The closure to time (or profile): the forward call, the backward alone on a graph built once, or
+    (:data:`STEP`) forward and backward together, the graph freed by each call."""
     if mode == "fwd":
         return lambda: fn(**inputs)
     names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
     leaves = with_grad_leaves(inputs, names, None)
-    outs = [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
-    grads = [torch.randn_like(o) for o in outs]
     params = [leaves[n] for n in names]
+
+    def differentiable() -> list[torch.Tensor]:
+        return [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
+
+    outs = differentiable()
+    grads = [torch.randn_like(o) for o in outs]
+    if mode == STEP:
+        del outs
+        return lambda: torch.autograd.grad(differentiable(), params, grads)
     return lambda: torch.autograd.grad(outs, params, grads, retain_graph=True)
+
+
+def step_cost(spec: OpSpec, case: Case, mode: str) -> Cost:
+    """The spec's cost for ``mode``; :data:`STEP` costs the forward plus the backward."""
+    if mode != STEP:
+        return spec.cost(case, mode)
+    fwd, bwd = spec.cost(case, "fwd"), spec.cost(case, "bwd")
+    return Cost(flops=fwd.flops + bwd.flops, bytes=fwd.bytes + bwd.bytes)
+
+
+def peak_extra_mb(call: Callable[[], Any]) -> float:
+    """Device memory one call of ``call`` allocates beyond what was live before it, at its peak (MB)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = call()
+    torch.cuda.synchronize()
+    del result
+    return (torch.cuda.max_memory_allocated() - before) / 1e6
 
 
 def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: Iterable[str] | None = None,
@@ -94,7 +122,8 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
     unknown = [n for n in names if n not in all_prov]
     if unknown:
         raise KeyError(f"spec {spec.name!r} has no provider {unknown}; known: {list(all_prov)}")
-    modes = [m for m in (modes or spec.modes) if m in spec.modes]
+    allowed = spec.modes + ((STEP,) if "bwd" in spec.modes else ())
+    modes = [m for m in (modes or spec.bench_modes) if m in allowed]
 
     jobs = [(c, m, p) for c in chosen for m in modes for p in names]
     bar = None
@@ -115,11 +144,11 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
             ref = as_outputs(spec.reference(**upcast(inputs, torch.float32)))
             base = as_outputs(spec.reference(**inputs))
         for mode in modes:
-            cost = spec.cost(case, mode)
+            cost = step_cost(spec, case, mode)
             for name in names:
                 prov = all_prov[name]
                 ok, why = prov.available()
-                if not ok or (mode == "bwd" and not prov.supports_backward):
+                if not ok or (mode != "fwd" and not prov.supports_backward):
                     records.append(_record(spec, case, mode, name, f"skipped: {why or 'no backward'}"))
                 else:
                     records.append(_bench_one(spec, case, mode, prov.fn, inputs, ref, base, cost, ceil,
@@ -147,6 +176,8 @@ def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inpu
                 rec.status = f"wrong: {problem}"
                 return rec
         call = timed_call(spec, mode, fn, inputs)
+        if mode == STEP:
+            rec.peak_mb = peak_extra_mb(call)
         t = time_fn(call, warmup_ms=warmup_ms, rep_ms=rep_ms, cuda_graph=cuda_graph)
     except NotImplementedError as e:
         rec.status = f"skipped: unsupported ({e})"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelworks.spec import STEP
 from kernelworks.tables import fmt_num, markdown_table, text_table
 
 SUBJECT = "kernelworks"
@@ -36,12 +37,14 @@ def bench_table(records: Sequence[Any], *, subject: str = SUBJECT) -> str:
     for (case, mode), provs in _by_case_mode(recs).items():
         for name, r in provs.items():
             if r["status"] != "ok":
-                rows.append([case, mode, name, "", "", "", "", "", r["status"]])
+                rows.append([case, mode, name, "", "", "", "", "", "", r["status"]])
                 continue
             sp = _speedup(provs.get(subject), r)
             rows.append([case, mode, name, fmt_num(r["median_ms"] * 1e3), fmt_num(r["gbs"]), fmt_num(r["tflops"]),
-                         fmt_num(r["pct_sol"]), "" if name == subject else fmt_num(sp), ""])
-    headers = ["case", "mode", "provider", "time µs", "GB/s", "TFLOP/s", "% SOL", f"{subject} ×", "note"]
+                         fmt_num(r["pct_sol"]), "" if name == subject else fmt_num(sp),
+                         "" if r.get("peak_mb") is None else fmt_num(r["peak_mb"]), ""])
+    headers = ["case", "mode", "provider", "time µs", "GB/s", "TFLOP/s", "% SOL", f"{subject} ×", "peak MB",
+               "note"]
     return text_table(headers, rows)
 
 
@@ -69,11 +72,14 @@ def op_markdown(result: dict[str, Any], *, subject: str = SUBJECT) -> str:
                 elif r["status"] != "ok":
                     cells.append(r["status"].split(":")[0])
                 else:
-                    cells.append(f"{fmt_num(r['median_ms'] * 1e3)} ({fmt_num(r['gbs'])})")
+                    peak = r.get("peak_mb")
+                    cells.append(f"{fmt_num(r['median_ms'] * 1e3)} ({fmt_num(r['gbs'])}"
+                                 + ("" if peak is None else f"; {fmt_num(peak)} MB") + ")")
             ratios = [fmt_num(_speedup(provs.get(subject), provs[p])) if p in provs else "" for p in others]
             sol = provs.get(subject, {}).get("pct_sol")
             rows.append([case, *cells, *ratios, fmt_num(sol)])
-        parts.append(f"\n**{mode}** (median of device-event timings, L2 flushed; × = {subject}'s speedup)\n")
+        what = "; peak MB = memory a step allocates beyond its inputs" if mode == STEP else ""
+        parts.append(f"\n**{mode}** (median of device-event timings, L2 flushed; × = {subject}'s speedup{what})\n")
         parts.append(markdown_table(headers, rows))
     return "\n".join(parts)
 

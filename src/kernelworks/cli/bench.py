@@ -13,7 +13,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="+", help="registered op name(s), 'all', or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="only this case (name or id); repeatable")
     p.add_argument("--providers", help="comma-separated providers (default: all available)")
-    p.add_argument("--mode", choices=["fwd", "bwd"], action="append", help="direction(s) to time")
+    p.add_argument("--mode", choices=["fwd", "bwd", "fwd+bwd"], action="append",
+                   help="direction(s) to time; fwd+bwd is a whole training step, with its extra peak memory "
+                        "(default: the spec's bench modes)")
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
     p.add_argument("--cuda-graph", action="store_true", help="replay a CUDA graph (kernel time, no launch gaps)")
     p.add_argument("--save", nargs="?", const="benchmarks/results", default=None, metavar="DIR",

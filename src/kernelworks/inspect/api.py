@@ -154,7 +154,8 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
     reports = []
     for c in find_cases(spec, case):
         for mode in modes:
-            launches = capture_op(spec, c, mode=mode, real_max_bytes=real_max_bytes)
+            launches = capture_op(spec, c, mode=mode, real_max_bytes=real_max_bytes,
+                                  capability=divmod(t.arch, 10))
             if config:
                 changed = [apply_config(launch, config) for launch in launches]
                 unused = set(config) - set().union(*(used for _, used in changed))

@@ -137,14 +137,14 @@ def _clear_plan_caches(modules: Iterable[str]) -> None:
 
 
 @contextlib.contextmanager
-def plan_for_gpu(modules: Iterable[str] = ()) -> Iterator[None]:
+def plan_for_gpu(modules: Iterable[str] = (), capability: tuple[int, int] = (9, 0)) -> Iterator[None]:
     """Within the block, the ops' launchers plan for a GPU even where kernels would run in the interpreter:
     :func:`kernelworks.runtime.device.planning_for_gpu`. ``modules``: extra module-name prefixes whose
     ``lru_cache`` plan caches to clear on the way in and out (a user's spec module whose plans, unlike
-    ours, may not key on where kernels run)."""
+    ours, may not key on where kernels run); ``capability``: the target's compute capability."""
     _clear_plan_caches(tuple(modules))
     try:
-        with planning_for_gpu():
+        with planning_for_gpu(capability):
             yield
     finally:
         _clear_plan_caches(tuple(modules))
@@ -195,10 +195,10 @@ def make_inputs(spec: OpSpec, case: Case, device: torch.device, *,
     return spec.inputs(case, device)
 
 
-def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd",
-               real_max_bytes: int = REAL_INPUTS_MAX_BYTES) -> list[Launch]:
+def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd", real_max_bytes: int = REAL_INPUTS_MAX_BYTES,
+               capability: tuple[int, int] = (9, 0)) -> list[Launch]:
     """The launches one call of the spec's subject makes for ``case`` (``mode="bwd"``: those of its
-    backward pass alone), planned for a GPU, none of them run."""
+    backward pass alone), planned for a GPU of compute ``capability``, none of them run."""
     if mode not in ("fwd", "bwd"):
         raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
     if mode == "bwd" and not spec.grad_inputs:
@@ -206,7 +206,7 @@ def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd",
     provider = spec.providers[spec.subject]
     device = torch.device("cuda") if has_gpu() else torch.device("cpu")
     module = getattr(provider.fn, "__module__", None) or "kernelworks.ops"
-    with plan_for_gpu([module]):
+    with plan_for_gpu([module], capability):
         inputs = make_inputs(spec, case, device, real_max_bytes=real_max_bytes)
         if mode == "fwd":
             with capture_launches() as launches, torch.no_grad():

@@ -14,21 +14,24 @@ INTERPRET_ENV = "TRITON_INTERPRET"
 # A plain module flag, not a ContextVar: validation reads it inside code torch.compile traces, and dynamo
 # cannot trace ContextVar.get (a graph break). Planning is process-wide and never nested across threads.
 _planning_for_gpu = False
+_planned_capability: tuple[int, int] = (9, 0)
 
 
 @contextlib.contextmanager
-def planning_for_gpu() -> Iterator[None]:
+def planning_for_gpu(capability: tuple[int, int] = (9, 0)) -> Iterator[None]:
     """Within this block the ops plan their launches for a GPU even where kernels would run in the
     interpreter: launch heuristics take their GPU branch (:func:`interpreter_active` is False), validation
     accepts CPU tensors as stand-ins for CUDA ones, and :func:`kernelworks.runtime.launch.launch` takes the
     plain ``kernel[grid]`` path. ``kw inspect`` uses it to capture the launches a GPU would see, on any
-    machine; nothing may actually run a kernel inside it."""
-    global _planning_for_gpu
-    before, _planning_for_gpu = _planning_for_gpu, True
+    machine; nothing may actually run a kernel inside it. ``capability``: the compute capability
+    :func:`gpu_capability` reports meanwhile (the compile target's: ``(9, 0)`` plans the Hopper paths)."""
+    global _planning_for_gpu, _planned_capability
+    before = _planning_for_gpu, _planned_capability
+    _planning_for_gpu, _planned_capability = True, capability
     try:
         yield
     finally:
-        _planning_for_gpu = before
+        _planning_for_gpu, _planned_capability = before
 
 
 def planning_active() -> bool:
@@ -54,6 +57,22 @@ def interpreter_active() -> bool:
     """True when Triton kernels run in the interpreter (``TRITON_INTERPRET=1``), i.e. on CPU tensors, and
     launches are not being planned for a GPU (:func:`planning_for_gpu`)."""
     return _interpret_env() and not _planning_for_gpu
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """The compute capability kernels are planned for: the planned target's inside
+    :func:`planning_for_gpu`, the current CUDA device's otherwise, None under the interpreter. Ops pick
+    architecture-specific paths (TMA, wgmma-sized tiles on ``(9, 0)``) from it."""
+    if _planning_for_gpu:
+        return _planned_capability
+    if interpreter_active() or not has_gpu():
+        return None
+    return _device_capability(torch.cuda.current_device())
+
+
+@functools.cache
+def _device_capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
 
 
 def enable_interpreter_without_gpu() -> None:

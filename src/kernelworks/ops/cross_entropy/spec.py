@@ -249,6 +249,7 @@ CROSS_ENTROPY_SPEC = register(OpSpec(
     cost=_ce_cost,
     providers={"kernelworks": Provider("kernelworks", cross_entropy), **_liger(_liger_cross_entropy)},
     grad_inputs=("logits",),
+    bench_step=True,
 ))
 
 FUSED_LINEAR_CROSS_ENTROPY_SPEC = register(OpSpec(
@@ -263,6 +264,7 @@ FUSED_LINEAR_CROSS_ENTROPY_SPEC = register(OpSpec(
     providers={"kernelworks": Provider("kernelworks", fused_linear_cross_entropy),
                **_liger(_liger_fused_linear_cross_entropy)},
     grad_inputs=("hidden", "weight", "bias"),
+    bench_step=True,
 ))
 
 SPECS = (CROSS_ENTROPY_SPEC, FUSED_LINEAR_CROSS_ENTROPY_SPEC)

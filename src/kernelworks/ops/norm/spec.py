@@ -196,8 +196,20 @@ def _liger_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     return LigerLayerNormFunction.apply(h, weight, bias, eps), h
 
 
+def _add_then_norm(norm):
+    """Our norm without the fused residual: the add as its own eager pass, then the norm of its result —
+    the baseline the fused residual must beat by the pass it saves."""
+    def unfused(x: torch.Tensor, *args, residual: torch.Tensor | None = None, **kwargs):
+        if residual is None:
+            raise NotImplementedError("only residual cases: without one there is nothing to fuse")
+        h = x + residual
+        return norm(h, *args, **kwargs), h
+    return unfused
+
+
 def _providers(ours, liger) -> dict[str, Provider]:
     return {"kernelworks": Provider("kernelworks", ours),
+            "kw add+norm": Provider("kw add+norm", _add_then_norm(ours)),
             "liger": Provider("liger", liger, requires=("liger_kernel",), gpu_only=True)}
 
 

@@ -1,0 +1,37 @@
+"""Hopper's tensor memory accelerator (TMA) from Triton: when kernels may use it, and the scratch it needs.
+
+Kernels that build descriptors on the device (``tl.make_tensor_descriptor``) need global scratch for them,
+which Triton asks a process-wide allocator for; :func:`ensure_tma_allocator` installs one backed by the
+PyTorch caching allocator (so it is stream-ordered and graph-capturable). Ops choose their TMA path with
+:func:`tma_available`, which is True on compute capability 9.0+ — also while ``kw inspect`` plans for
+``sm_90`` on a machine with no GPU — and False under the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernelworks.runtime.device import gpu_capability
+
+_installed = False
+
+
+def tma_available() -> bool:
+    """True when kernels are planned for a GPU with TMA (compute capability ≥ 9.0)."""
+    cap = gpu_capability()
+    return cap is not None and cap >= (9, 0)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    del alignment, stream  # the caching allocator's blocks are 512-byte aligned, on the current stream
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_tma_allocator() -> None:
+    """Install the device-descriptor scratch allocator once per process (idempotent, cheap after the first
+    call). Call it in any launcher that takes a ``tl.make_tensor_descriptor`` path."""
+    global _installed
+    if not _installed:
+        triton.set_allocator(_scratch)
+        _installed = True
