@@ -97,7 +97,7 @@ class _WrongGrad(torch.autograd.Function):
 
 
 def test_wrong_gradient_fails_backward_only():
-    results = {r.mode: r for r in check_case(_spec(_WrongGrad.apply, grad=True), CASE)}
+    results = {r.mode: r for r in check_case(_spec(lambda x: _WrongGrad.apply(x), grad=True), CASE)}
     assert results["fwd"].passed
     assert not results["bwd"].passed
     assert results["bwd"].comparisons[0].output == "grad x"
@@ -118,3 +118,13 @@ def test_gpu_cases_skip_on_cpu_and_summary_counts():
 def test_unknown_case_name_is_a_clear_error():
     with pytest.raises(KeyError, match="no check case named"):
         run_check(_spec(torch.nn.functional.gelu), ["nope"])
+
+
+def test_reference_crash_fails_the_case_not_the_run():
+    def broken_reference(x):
+        raise RuntimeError("reference exploded")
+
+    spec = _spec(lambda x: torch.nn.functional.gelu(x))
+    spec.reference = broken_reference
+    (res,) = check_case(spec, CASE)
+    assert not res.passed and "reference exploded" in res.problems[0]

@@ -82,6 +82,7 @@ def test_rows_sum_to_one(cols):
     torch.testing.assert_close(log_softmax(x).exp().sum(-1), torch.ones(6, device=DEVICE), atol=1e-5, rtol=0)
 
 
+@pytest.mark.interpreter
 def test_looped_path_is_taken_and_matches_one_pass():
     """The looped kernel runs for LOOPED_COLS here and agrees with the one-pass kernel on the same rows."""
     assert sm._plan(2, LOOPED_COLS)[0], "LOOPED_COLS no longer takes the looped kernel; raise it"

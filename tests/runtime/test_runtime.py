@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kernelworks.runtime import check_float_tensor, check_same_dtype, check_same_shape, empty, poison_outputs
+from kernelworks.runtime.device import default_device
 from kernelworks.runtime.launch import row_launch
 from kernelworks.runtime.layout import as_rows
 
@@ -14,9 +15,9 @@ def test_validation_messages_name_the_argument():
     with pytest.raises(TypeError, match=r"x: expected dtype float32, float16, bfloat16, got int64"):
         check_float_tensor("x", torch.ones(3, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"x: expected a non-empty tensor, got shape \(0, 4\)"):
-        check_float_tensor("x", torch.ones(0, 4))
+        check_float_tensor("x", torch.ones(0, 4, device=default_device()))
     with pytest.raises(ValueError, match=r"x: expected at least 2 dimension"):
-        check_float_tensor("x", torch.ones(4), min_dim=2)
+        check_float_tensor("x", torch.ones(4, device=default_device()), min_dim=2)
     with pytest.raises(TypeError, match="gate=float32, up=float16"):
         check_same_dtype(["gate", "up"], [torch.ones(1), torch.ones(1, dtype=torch.float16)])
     with pytest.raises(ValueError, match=r"gate=\(2,\), up=\(3,\)"):
@@ -52,7 +53,7 @@ def test_torch_op_paths():
     under torch.compile: the custom op in the graph."""
     import kernelworks as kw
 
-    x = torch.randn(3, 40)
+    x = torch.randn(3, 40, device=default_device())
     y = kw.softmax(x)
     assert y.grad_fn is None
     xg = x.clone().requires_grad_()

@@ -42,6 +42,7 @@ class BenchRecord:
     rel_l2_err: float | None = None
     sweep: str | None = None  # the param a "sweep:<param>" tagged case varies (plotted as a line)
     peak_mb: float | None = None  # STEP mode: device memory one step allocates beyond its inputs, at peak
+    host_us: float | None = None  # median host time of one call (Python + launches), µs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,10 +78,12 @@ def timed_call(spec: OpSpec, mode: str, fn: Callable[..., Any], inputs: dict[str
         return [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
 
     outs = differentiable()
-    grads = [torch.randn_like(o) for o in outs]
     if mode == STEP:
+        # a training step: a scalar output is a loss, and ``loss.backward()`` seeds it with exactly 1
+        grads = [torch.ones_like(o) if o.dim() == 0 else torch.randn_like(o) for o in outs]
         del outs
         return lambda: torch.autograd.grad(differentiable(), params, grads)
+    grads = [torch.randn_like(o) for o in outs]
     return lambda: torch.autograd.grad(outs, params, grads, retain_graph=True)
 
 
@@ -186,6 +189,6 @@ def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inpu
         rec.status = f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         return rec
     line = roofline(cost, t.median_ms, ceil, case.dtype)
-    rec.median_ms, rec.p20_ms, rec.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
+    rec.median_ms, rec.p20_ms, rec.p80_ms, rec.host_us = t.median_ms, t.p20_ms, t.p80_ms, t.host_us
     rec.tflops, rec.gbs, rec.pct_sol, rec.bound = line.tflops, line.gbs, line.pct_sol, line.bound
     return rec

@@ -37,14 +37,15 @@ def bench_table(records: Sequence[Any], *, subject: str = SUBJECT) -> str:
     for (case, mode), provs in _by_case_mode(recs).items():
         for name, r in provs.items():
             if r["status"] != "ok":
-                rows.append([case, mode, name, "", "", "", "", "", "", r["status"]])
+                rows.append([case, mode, name, "", "", "", "", "", "", "", r["status"]])
                 continue
             sp = _speedup(provs.get(subject), r)
             rows.append([case, mode, name, fmt_num(r["median_ms"] * 1e3), fmt_num(r["gbs"]), fmt_num(r["tflops"]),
                          fmt_num(r["pct_sol"]), "" if name == subject else fmt_num(sp),
-                         "" if r.get("peak_mb") is None else fmt_num(r["peak_mb"]), ""])
+                         "" if r.get("peak_mb") is None else fmt_num(r["peak_mb"]),
+                         "" if r.get("host_us") is None else fmt_num(r["host_us"]), ""])
     headers = ["case", "mode", "provider", "time µs", "GB/s", "TFLOP/s", "% SOL", f"{subject} ×", "peak MB",
-               "note"]
+               "host µs", "note"]
     return text_table(headers, rows)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -186,7 +187,13 @@ def diagnose_op(op: str, case: str, mode: str = "fwd", *, with_ncu: bool = False
     line, regime, limiters, rungs = classify(spec.cost(c, mode), rec.median_ms, ceil, c.dtype, kernels,
                                              gpu.sm_count if gpu else 132)
     return Diagnosis(spec.name, c.id, mode, rec.median_ms, spec.cost(c, mode), line, regime, limiters, rungs,
-                     kernels, run_ncu(spec.name, c.id, mode) if with_ncu else None)
+                     kernels, run_ncu(spec.name, c.id, mode, _kernel_regex(kernels)) if with_ncu else None)
+
+
+def _kernel_regex(kernels: list) -> str:
+    """An ncu ``-k`` filter naming the op's own kernels (not the input maker's or the reference's)."""
+    names = sorted({k.name for k in kernels if getattr(k, "name", None)})
+    return "regex:^(" + "|".join(re.escape(n) for n in names) + ")$" if names else "regex:.*"
 
 
 def render(d: Diagnosis) -> str:

@@ -33,11 +33,11 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
                eps: float = 1e-5, residual: torch.Tensor | None = None):
     h = x if residual is None else x + residual
     params = [t for t in (weight, bias) if t is not None]
-    if all(t.dtype in (h.dtype, torch.float32) for t in params):
+    if all(t.dtype == h.dtype for t in params):
         # torch's own kernel on the native dtypes (fp32 statistics inside): what nn.LayerNorm runs, so the
-        # eager baseline is timed fairly; accepted mixes: parameters in h's dtype or fp32
+        # eager baseline is timed fairly
         y = functional.layer_norm(h, (h.shape[-1],), weight, bias, eps)
-    else:  # e.g. fp32 x with bf16 parameters, which torch refuses: upcast the parameters
+    else:  # mixed dtypes (fp32 parameters with bf16 x), which torch's CUDA kernel refuses: compute in fp32
         dtype = _compute_dtype(h)
         y = functional.layer_norm(h.to(dtype), (h.shape[-1],), None if weight is None else weight.to(dtype),
                                   None if bias is None else bias.to(dtype), eps).to(x.dtype)
