@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session of kernelworks in a single call (the lent machine keeps nothing between sessions):
-#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench diagnose (default: check tests bench)
-# BENCH_OPS="op1 op2" narrows the bench (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
+#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench sweeps diagnose
+#                                                 (default: check tests bench)
+# BENCH_OPS="op1 op2" narrows the bench (default all); SWEEPS="benchmarks/sweeps/x.py ..." picks the sweeps
+# (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
 # DEADLINE_S (default 570) bounds the whole call: each stage gets the time left, so the tarball is always made.
 # Peer wheels (liger-kernel) are taken from .whl/ when present. Everything lands in $OUT (or ./gpu-out):
 # logs, the results JSON tree and a tarball of both; the last lines printed are the summary.
@@ -33,6 +35,13 @@ for stage in $stages; do
     tests) timeout "$(left)" python3 -m pytest -q tests > "$OUT/tests.log" 2>&1; rc=$?; tail -1 "$OUT/tests.log" ;;
     bench) timeout "$(left)" python3 -m kernelworks bench ${BENCH_OPS:-all} --save "$OUT/results" \
              > "$OUT/bench.log" 2>&1; rc=$? ;;
+    sweeps)  # every benchmarks/sweeps/*.py (or SWEEPS="a b"), each writing $OUT/results/sweeps/<name>.json
+      rc=0; mkdir -p "$OUT/results/sweeps"
+      for f in ${SWEEPS:-benchmarks/sweeps/*.py}; do
+        name=$(basename "$f" .py)
+        timeout "$(left)" python3 "$f" --out "$OUT/results/sweeps/$name.json" >> "$OUT/sweeps.log" 2>&1 || rc=$?
+      done
+      cat "$OUT/sweeps.log" ;;
     diagnose)
       rc=0
       for item in ${DIAGNOSE:-softmax:8192x8192}; do
