@@ -7,6 +7,7 @@ The library::
     h = kw.swiglu(gate, up)        # silu(gate) * up, autograd and torch.compile ready
     y, h = kw.rms_norm(x, w, residual=h)   # residual add + RMSNorm in one pass
     loss = kw.cross_entropy(logits, target)
+    c = kw.matmul(a, b, bias=bias, activation="gelu")    # GEMM with a fused epilogue
 
 The workbench (same on the command line as ``kw check`` / ``kw bench`` / ``kw report``)::
 
@@ -23,6 +24,8 @@ enable_interpreter_without_gpu()
 from kernelworks import nn  # noqa: E402
 from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
 from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy  # noqa: E402
+from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill, gated_delta_reference  # noqa: E402
+from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E402
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
@@ -41,12 +44,18 @@ __all__ = [
     "case",
     "check",
     "cross_entropy",
+    "fp8_matmul",
     "fused_linear_cross_entropy",
+    "gated_delta_decode",
+    "gated_delta_prefill",
+    "gated_delta_reference",
     "geglu",
     "gelu",
+    "grouped_matmul",
     "layer_norm",
     "load_spec",
     "log_softmax",
+    "matmul",
     "nn",
     "register",
     "registry",

@@ -379,7 +379,7 @@ def test_chunk_rule():
 
 def test_gpu_plans():
     with planning_for_gpu():
-        assert kernels.plan(32000) == {"TILE": 32768, "ONE_TILE": True, "num_warps": 16}
+        assert kernels.plan(32000) == {"TILE": 32768, "ONE_TILE": True, "num_warps": 32}
         assert kernels.plan(32000, softcap=True)["ONE_TILE"] is False
         assert kernels.plan(65536) == {"TILE": 8192, "ONE_TILE": False, "num_warps": 16}
         assert kernels.plan(128256) == {"TILE": 16384, "ONE_TILE": False, "num_warps": 32}

@@ -82,3 +82,22 @@ def tanh(x):
     p = a + a * (p * a2)
     t = tl.where(a < 0.25, p, t)
     return tl.where(x < 0, -t, t)
+
+
+LN2 = tl.constexpr(0.6931471805599453)
+"""ln 2: ``log(z) == log2(z) * LN2`` (one MUFU.LG2 instead of libdevice's ``logf``)."""
+
+
+@triton.jit
+def softplus(x):
+    """softplus(x) = log(1 + e^x) = max(x, 0) + log(1 + e^(−|x|)), for every x (fp32); never overflows.
+
+    ``e^(−|x|) ∈ (0, 1]``, so nothing overflows for large x (softplus(x) → x) and nothing underflows to a
+    wrong answer for very negative x (→ e^x, kept to ~1e-7 relative down to where e^x underflows: the
+    ``log(1 + e)`` term is evaluated with the ``log1p`` series ``e − e²/2 + e³/3`` when ``e < 1e-3``, where
+    ``log(1 + e)`` in fp32 would round ``1 + e`` and lose every digit of ``e`` below 6e-8).
+    """
+    e = tl.exp2(-LOG2E * tl.abs(x))
+    small = e * (1.0 - e * (0.5 - e * (1.0 / 3.0)))
+    tail = tl.where(e < 1e-3, small, tl.log2(1.0 + e) * LN2)
+    return tl.maximum(x, 0.0) + tail

@@ -42,10 +42,12 @@ ROWSUM_TILE, ROWSUM_WARPS = 8192, 16
 PROGRAMS_PER_SM = 2
 """Persistent backward grid: programs per SM (capped by the number of row blocks). Two rather than one so
 that a program waiting on its last loads overlaps another's; to be tuned on the GPU."""
-PREFETCH_MAX_ELEMS = 8192
-"""Largest tile (ROWS × BLOCK_N) whose next block the backward prefetches. sm_90 compile (``kw inspect``):
-RMSNorm 8192/16 warps 92 → 108 registers a thread with the prefetch, no spill; LayerNorm + bias + residual
-16384/16 warps already spills 264 bytes without it, so the largest rows go without."""
+PREFETCH_MAX_VALUES = 64
+"""Prefetch the next row block only while the fp32 values a thread keeps live across blocks fit this
+budget: (prefetched row streams dy, h (+ dh) + dw (+ db) accumulators) × elements per thread. sm_90
+compile (``kw inspect``), 8192 columns on 16 warps (16 elements a thread): RMSNorm + residual, 4 streams
+= 64 values, 118 registers, no spill; LayerNorm + residual, 5 streams = 80 values, spilled 56 bytes with
+the prefetch (measured 56% of copy on the H100 at 16384 × 8192) and none without it."""
 REDUCE_BLOCK_P, REDUCE_BLOCK_N = 16, 256
 """The partial-sum reduction: partial rows per step and columns per program."""
 
@@ -214,8 +216,10 @@ def _norm_bwd_reduce_kernel(p_part, p_out0, p_out1, n_part, n_cols,
 
 
 @cached_plan
-def _plan(n_rows: int, n_cols: int, device_index: int) -> tuple[bool, tuple[int, int], dict[str, int]]:
-    """``(split, grid, options)`` of the main backward kernel; cached per shape."""
+def _plan(n_rows: int, n_cols: int, device_index: int, streams: int = 4) -> tuple[bool, tuple[int, int],
+                                                                                dict[str, int]]:
+    """``(split, grid, options)`` of the main backward kernel; cached per shape. ``streams``: row-sized fp32
+    vectors a program keeps live across row blocks when prefetching (see :data:`PREFETCH_MAX_VALUES`)."""
     interp = interpreter_active()
     limit = INTERPRETER_ONE_PASS_MAX_COLS if interp else BWD_ONE_PASS_MAX_COLS
     split = n_cols > limit
@@ -224,7 +228,7 @@ def _plan(n_rows: int, n_cols: int, device_index: int) -> tuple[bool, tuple[int,
     chunks = cdiv(n_cols, cfg.BLOCK_N)
     target = _INTERPRETER_PROGRAMS if interp else PROGRAMS_PER_SM * sm_count(device_index)
     programs = max(1, min(cdiv(n_rows, cfg.ROWS), cdiv(target, chunks)))
-    prefetch = cfg.BLOCK_N * cfg.ROWS <= PREFETCH_MAX_ELEMS
+    prefetch = streams * cfg.BLOCK_N * cfg.ROWS <= PREFETCH_MAX_VALUES * cfg.num_warps * 32
     return split, (programs, chunks), {"BLOCK_N": cfg.BLOCK_N, "ROWS": cfg.ROWS, "PREFETCH": prefetch,
                                        "num_warps": cfg.num_warps}
 
@@ -247,7 +251,8 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
     mean, rstd = stats[0], stats[-1]
     w = weight if weight is not None else h2
     need = [d for d in (dw_dtype, db_dtype) if d is not None]
-    split, grid, opts = _plan(n_rows, n_cols, h.device.index or 0)
+    streams = 2 + (dh is not None) + len(need)
+    split, grid, opts = _plan(n_rows, n_cols, h.device.index or 0, streams)
     programs = grid[0]
     part = empty((max(len(need), 1), programs, n_cols), dtype=torch.float32, device=h.device) if need else stats
     c = stats

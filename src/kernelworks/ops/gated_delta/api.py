@@ -1,0 +1,288 @@
+"""Public ``gated_delta_decode`` / ``gated_delta_prefill``, their validation, and the custom ops behind them.
+
+Both are forward-only ``torch.library`` custom ops (``kernelworks::gated_delta_decode`` mutates its
+``state`` argument; ``kernelworks::gated_delta_prefill`` returns ``(o, final_state)``), taken while
+``torch.compile`` traces; eager calls launch the kernels directly (a custom op costs ~100 µs of host time
+per call, more than a decode step takes on the GPU). Neither has a backward yet: a call that would need one
+(grad mode on and an input requiring grad) raises ``NotImplementedError`` rather than return an output
+gradients silently stop at.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
+from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
+from kernelworks.runtime.validate import (
+    check_dtype,
+    check_float_tensor,
+    check_last_dim_contiguous,
+    check_real,
+    check_same_device,
+    check_same_dtype,
+    check_tensor,
+)
+
+MAX_HEAD_DIM = 256
+"""K and V up to 256: the kernels hold a whole K row of the state (and, in the prefill, of q and k) in
+registers."""
+
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+# ------------------------------------------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("kernelworks::gated_delta_decode", mutates_args=("state",))
+def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+               state: torch.Tensor, state_indices: torch.Tensor | None, scale: float, A_log: torch.Tensor | None,
+               dt_bias: torch.Tensor | None, use_qk_l2norm: bool,
+               write_strength: torch.Tensor | None) -> torch.Tensor:
+    return gated_delta_decode_fwd(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm,
+                                  write_strength)
+
+
+@_decode_op.register_fake
+def _decode_fake(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength):
+    return v.new_empty(v.shape)
+
+
+@torch.library.custom_op("kernelworks::gated_delta_prefill", mutates_args=())
+def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                write_strength: torch.Tensor | None, initial_state: torch.Tensor | None, output_final_state: bool,
+                cu_seqlens: torch.Tensor | None, scale: float,
+                chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
+                                   cu_seqlens, scale, chunk_size)
+
+
+@_prefill_op.register_fake
+def _prefill_fake(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
+                  chunk_size):
+    n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    shape = (n, v.shape[2], v.shape[3], q.shape[3]) if output_final_state else (0,)
+    return v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32)
+
+
+def _use_custom_op(tensors: list[torch.Tensor | None]) -> bool:
+    return torch.compiler.is_compiling() or any(t is not None and type(t) not in _PLAIN for t in tensors)
+
+
+def _refuse_grad(op: str, tensors: dict[str, torch.Tensor | None]) -> None:
+    if not torch.is_grad_enabled():
+        return
+    wanting = [n for n, t in tensors.items() if t is not None and t.requires_grad]
+    if wanting:
+        raise NotImplementedError(f"{op}: no backward yet, but {', '.join(wanting)} require(s) grad; run it "
+                                  "under torch.no_grad() / torch.inference_mode() or detach the inputs")
+
+
+# ------------------------------------------------------------------------------------------- validation
+
+
+def _check_shape(name: str, t: torch.Tensor, want: tuple[int, ...], what: str) -> None:
+    if tuple(t.shape) != want:
+        raise ValueError(f"{name}: expected shape {want} ({what}), got {tuple(t.shape)}")
+
+
+def _check_heads(q: torch.Tensor, v: torch.Tensor) -> None:
+    h_qk, h_v = q.shape[-2], v.shape[-2]
+    if h_v % h_qk:
+        raise ValueError(f"v: expected a number of value heads that is a multiple of q's heads {h_qk} "
+                         f"(value head h reads q/k head h // (H_v / H_qk)), got {h_v}")
+    for name, d in (("q", q.shape[-1]), ("v", v.shape[-1])):
+        if d > MAX_HEAD_DIM:
+            raise ValueError(f"{name}: expected a head dim of at most {MAX_HEAD_DIM}, got {d}")
+
+
+def _check_gates(lead: tuple[int, ...], names: tuple[str, ...], tensors: tuple, device_of: torch.Tensor,
+                 what: str) -> None:
+    for name, t in zip(names, tensors):
+        if t is None:
+            continue
+        check_float_tensor(name, t, min_dim=len(lead), max_dim=len(lead))
+        _check_shape(name, t, lead, what)
+        check_same_device(("q", name), (device_of, t))
+
+
+def _check_fused_gate(A_log: object, dt_bias: object, h_v: int, q: torch.Tensor) -> None:
+    if A_log is None:
+        if dt_bias is not None:
+            raise ValueError("dt_bias: given without A_log; the fused gate needs A_log (pass both, or "
+                             "neither and a ready g)")
+        return
+    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+        if t is None:
+            continue
+        check_float_tensor(name, t, min_dim=1, max_dim=1)
+        _check_shape(name, t, (h_v,), "one per value head")
+        check_same_device(("q", name), (q, t))
+
+
+def _check_qkv(q: object, k: object, v: object, rank: int) -> None:
+    check_float_tensor("q", q, min_dim=rank, max_dim=rank)
+    check_float_tensor("k", k, min_dim=rank, max_dim=rank)
+    check_float_tensor("v", v, min_dim=rank, max_dim=rank)
+    check_same_dtype(("q", "k", "v"), (q, k, v))
+    check_same_device(("q", "k", "v"), (q, k, v))
+    if tuple(k.shape) != tuple(q.shape):
+        raise ValueError(f"k: expected q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+    if tuple(v.shape[:-2]) != tuple(q.shape[:-2]):
+        raise ValueError(f"v: expected leading dims {tuple(q.shape[:-2])} like q's, got shape {tuple(v.shape)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_last_dim_contiguous(name, t)
+    _check_heads(q, v)
+
+
+def _scale(scale: object, K: int) -> float:
+    return K ** -0.5 if scale is None else check_real("scale", scale)
+
+
+# ------------------------------------------------------------------------------------------- public API
+
+
+def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                       state: torch.Tensor, *, state_indices: torch.Tensor | None = None,
+                       scale: float | None = None, A_log: torch.Tensor | None = None,
+                       dt_bias: torch.Tensor | None = None, use_qk_l2norm: bool = False,
+                       write_strength: torch.Tensor | None = None) -> torch.Tensor:
+    """One Gated DeltaNet decode step for a batch of sequences, their states updated in place in a pool.
+
+    Per sequence b and value head h, with ``S = state[state_indices[b], h]`` (``[V, K]``, float32):
+    ``S ← exp(g)·S·(I − β k kᵀ) + w·v kᵀ`` (``w = beta`` unless ``write_strength``), then
+    ``o = scale · S q``. One kernel reads and writes each state row once (decay, erase, write and output
+    fused); no gather/scatter of the pool.
+
+    Args:
+        q, k: ``[B, H_qk, K]`` float32/float16/bfloat16 (unit stride in the last dim). K ≤ 256.
+        v: ``[B, H_v, V]``, q's dtype; ``H_v`` a multiple of ``H_qk``: value head h reads q/k head
+            ``h // (H_v / H_qk)``.
+        g: ``[B, H_v]`` log-decay (``α = exp(g)``), any float dtype. With ``A_log`` given it is instead
+            the raw gate input ``a``: ``g = −exp(A_log) · softplus(a + dt_bias)`` is computed in-kernel.
+        beta: ``[B, H_v]`` erase (and write) strength in [0, 1]. With ``A_log`` it is the raw logit ``b``
+            and ``beta = sigmoid(b)``.
+        state: the pool ``[slots, H_v, V, K]`` float32 (unit K stride), updated IN PLACE.
+        state_indices: ``[B]`` int32/int64, the pool row of each sequence (default ``arange(B)``). A
+            negative index marks a padding row: its output is zero and no slot is touched. Indices must be
+            ``< slots`` and distinct (not checked on the host, which would cost a device sync; two rows on
+            one slot race).
+        scale: output scale, default ``K ** -0.5``.
+        A_log, dt_bias: ``[H_v]`` fused-gate parameters (Qwen3-Next's); ``dt_bias`` optional.
+        use_qk_l2norm: L2-normalise q and k in-kernel (``x / √(Σx² + 1e-6)``).
+        write_strength: ``[B, H_v]`` a separate write strength ``dt`` (``S ← α S (I − β k kᵀ) + dt·v kᵀ``),
+            used as given; ``beta`` when None.
+
+    Returns:
+        o ``[B, H_v, V]`` in v's dtype (fp32 math, one rounding). Inference only: no autograd (a call
+        with grad mode on and an input requiring grad raises ``NotImplementedError``).
+
+    Example::
+
+        o = kw.gated_delta_decode(q, k, v, g, beta, pool, state_indices=slots)  # pool updated in place
+        o = kw.gated_delta_decode(q, k, v, a, b, pool, A_log=A_log, dt_bias=dt_bias, use_qk_l2norm=True)
+    """
+    _check_qkv(q, k, v, 3)
+    B, _, K = q.shape
+    H_v, V = v.shape[1], v.shape[2]
+    _check_gates((B, H_v), ("g", "beta", "write_strength"), (g, beta, write_strength), q,
+                 "[batch, value heads]")
+    _check_fused_gate(A_log, dt_bias, H_v, q)
+    check_tensor("state", state, min_dim=4, max_dim=4)
+    check_dtype("state", state, (torch.float32,))
+    check_same_device(("q", "state"), (q, state))
+    if tuple(state.shape[1:]) != (H_v, V, K):
+        raise ValueError(f"state: expected a pool [slots, {H_v}, {V}, {K}] ([slots, H_v, V, K]), "
+                         f"got {tuple(state.shape)}")
+    check_last_dim_contiguous("state", state)
+    if state_indices is not None:
+        check_tensor("state_indices", state_indices, min_dim=1, max_dim=1)
+        check_dtype("state_indices", state_indices, _INDEX_DTYPES)
+        _check_shape("state_indices", state_indices, (B,), "one pool row per sequence")
+        check_same_device(("q", "state_indices"), (q, state_indices))
+    elif state.shape[0] < B:
+        raise ValueError(f"state: without state_indices sequence b uses slot b, so the pool needs at least "
+                         f"{B} slots, got {state.shape[0]}")
+    scale = _scale(scale, K)
+    use_qk_l2norm = bool(use_qk_l2norm)
+    tensors = [q, k, v, g, beta, state, state_indices, A_log, dt_bias, write_strength]
+    _refuse_grad("gated_delta_decode", dict(zip(
+        ("q", "k", "v", "g", "beta", "state", "state_indices", "A_log", "dt_bias", "write_strength"), tensors)))
+    fn = _decode_op if _use_custom_op(tensors) else gated_delta_decode_fwd
+    return fn(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength)
+
+
+def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                        beta: torch.Tensor, *, initial_state: torch.Tensor | None = None,
+                        output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
+                        scale: float | None = None, chunk_size: int = 64,
+                        write_strength: torch.Tensor | None = None,
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated DeltaNet over whole sequences (prefill), chunkwise-parallel: forward only.
+
+    The recurrence ``S_t = exp(g_t)·S_{t−1}·(I − β_t k_t k_tᵀ) + w_t·v_t k_tᵀ``, ``o_t = scale·S_t q_t``
+    (``w = beta`` unless ``write_strength``), computed in chunks of ``chunk_size`` tokens (UT transform
+    within a chunk, the state carried across chunks in fp32 registers: no per-chunk state in memory).
+
+    Args:
+        q, k: ``[B, T, H_qk, K]`` float32/float16/bfloat16 (unit stride in the last dim; other strides
+            free). K ≤ 256. q and k are used as given (normalise them first if the model does).
+        v: ``[B, T, H_v, V]``, q's dtype; ``H_v`` a multiple of ``H_qk`` (value head h reads q/k head
+            ``h // (H_v / H_qk)``).
+        g: ``[B, T, H_v]`` log-decay (``α = exp(g)``; g ≤ 0), any float dtype, used in fp32.
+        beta: ``[B, T, H_v]`` erase (and write) strength in [0, 1].
+        initial_state: ``[N, H_v, V, K]`` float32, N = B (or the number of sequences with ``cu_seqlens``);
+            zero when None. (Copied first when not contiguous.)
+        output_final_state: also return each sequence's final state.
+        cu_seqlens: ``[N + 1]`` int32/int64 cumulative lengths of packed sequences, with ``B = 1``
+            (``cu_seqlens[0] = 0``, ``cu_seqlens[-1] = T``: not checked on the host, which would sync);
+            the state restarts at each sequence.
+        scale: output scale, default ``K ** -0.5``.
+        chunk_size: 16, 32 or 64 tokens per chunk (default 64): the largest chunk the kernel may use. The
+            chunk is a blocking choice (every size computes the same recurrence, up to rounding); on the GPU
+            the kernel currently runs at most 32-token chunks (16 for fp32), which fit its registers.
+        write_strength: ``[B, T, H_v]`` a separate write strength; ``beta`` when None.
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]`` float32,
+        or None without ``output_final_state``. No autograd yet (``NotImplementedError`` when a gradient
+        would be needed).
+
+    Example::
+
+        o, _ = kw.gated_delta_prefill(q, k, v, g, beta)                     # q: [8, 4096, 16, 128] bf16
+        o, s = kw.gated_delta_prefill(q, k, v, g, beta, cu_seqlens=cu, output_final_state=True)
+    """
+    _check_qkv(q, k, v, 4)
+    B, T, _, K = q.shape
+    H_v, V = v.shape[2], v.shape[3]
+    _check_gates((B, T, H_v), ("g", "beta", "write_strength"), (g, beta, write_strength), q,
+                 "[batch, tokens, value heads]")
+    n_seq = B
+    if cu_seqlens is not None:
+        check_tensor("cu_seqlens", cu_seqlens, min_dim=1, max_dim=1)
+        check_dtype("cu_seqlens", cu_seqlens, _INDEX_DTYPES)
+        check_same_device(("q", "cu_seqlens"), (q, cu_seqlens))
+        if cu_seqlens.shape[0] < 2:
+            raise ValueError(f"cu_seqlens: expected at least 2 entries ([N + 1]), got {cu_seqlens.shape[0]}")
+        if B != 1:
+            raise ValueError(f"q: with cu_seqlens the sequences are packed into batch 1, got batch {B}")
+        n_seq = cu_seqlens.shape[0] - 1
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, min_dim=4, max_dim=4)
+        check_dtype("initial_state", initial_state, (torch.float32,))
+        check_same_device(("q", "initial_state"), (q, initial_state))
+        _check_shape("initial_state", initial_state, (n_seq, H_v, V, K), "[N, H_v, V, K]")
+        initial_state = initial_state.contiguous()
+    if isinstance(chunk_size, bool) or chunk_size not in (16, 32, 64):
+        raise ValueError(f"chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
+    scale = _scale(scale, K)
+    output_final_state = bool(output_final_state)
+    tensors = [q, k, v, g, beta, write_strength, initial_state, cu_seqlens]
+    _refuse_grad("gated_delta_prefill", dict(zip(
+        ("q", "k", "v", "g", "beta", "write_strength", "initial_state"), tensors)))
+    fn = _prefill_op if _use_custom_op(tensors) else gated_delta_prefill_fwd
+    o, final = fn(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
+                  chunk_size)
+    return o, (final if output_final_state else None)

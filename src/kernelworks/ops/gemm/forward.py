@@ -1,0 +1,228 @@
+"""Launch planning for ``matmul``: shape buckets → kernel path and tiles, then the launch.
+
+Paths (:func:`matmul_plan`):
+
+* ``tma`` — the persistent Hopper kernel (``hopper.py``): compute capability ≥ 9.0, one 2-D product (3-D
+  ``A`` with a 2-D ``B`` is flattened when its rows merge), ``M > 64``, K > 0, each operand with a unit
+  stride in one dimension and 16-byte aligned base and other stride, output rows of a multiple of 16 bytes.
+* ``tiled`` — the pointer kernel (``tiled.py``) everywhere else: the interpreter, Ampere, batched products,
+  odd layouts, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs.
+
+The defaults below are starting points from the published Hopper recipes (PERF.md: 128×256×64 tiles,
+8 warps, 3–4 stages, grouped order) — not yet measured here; the spec's ``configs`` is the tuner's space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
+from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.device import interpreter_active, sm_count
+from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
+
+DECODE_M = 64
+"""Products with at most this many rows take the decode bucket (small BLOCK_M, split-K)."""
+
+GROUP_M = 8
+"""Tile-rows per group in the grouped tile order (L2 reuse)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One launch's choices. ``tma``: the Hopper kernel; ``SPLIT_K > 1``: split-K with a reduce pass."""
+
+    tma: bool
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int
+    num_stages: int
+    SPLIT_K: int = 1
+    EPI_SPLIT: int = 1
+    GROUP_M: int = GROUP_M
+
+
+@cached_plan
+def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, tma_ok: bool,
+                n_sms: int, block_scaled: bool = False) -> Plan:
+    """The default plan for a ``[batch, m, k] @ [batch, k, n(·2 gated)]`` product of ``itemsize``-byte
+    inputs (1: fp8, ``block_scaled`` with 128-wide K blocks); ``tma_ok``: the operands qualify for the
+    Hopper path (layout and alignment)."""
+    if interpreter_active():
+        # The interpreter runs each program's dots in numpy: few, small programs keep the CPU tests fast;
+        # decode-sized cases split K so the split-K path is exercised on the CPU too.
+        bm = 16 if m <= 16 else 32
+        split = 2 if m <= 16 and k >= 96 else 1
+        return Plan(False, bm, 32, 32, 4, 1, SPLIT_K=split)
+    fp32 = itemsize == 4
+    if itemsize == 1:
+        return _fp8_plan(m, n, k, batch, gated, tma_ok, n_sms, block_scaled)
+    if m <= DECODE_M:
+        # Memory-bound on B: one tile-row of A, B streamed once in long K steps, 4 stages in flight.
+        bm = max(16, next_pow2(m))
+        bn, bk = 64, (64 if fp32 else 128)
+        tiles = cdiv(m, bm) * cdiv(n, bn) * batch
+        split = 1
+        while tiles * split < n_sms and k // (2 * split) >= 4 * bk and split < 16:
+            split *= 2
+        return Plan(False, bm, bn, bk, 4, 3 if fp32 else 4, SPLIT_K=split)
+    if tma_ok:
+        if fp32:  # TF32 (or IEEE) wgmma: 4-byte operands, half the K per stage
+            return Plan(True, 128, 128, 32, 8, 3, EPI_SPLIT=2)
+        if gated:  # two accumulators (gate and up): 128×128 each is the register budget of one 128×256
+            return Plan(True, 128, 128, 64, 8, 3, EPI_SPLIT=2)
+        if cdiv(m, 128) * cdiv(n, 256) >= n_sms:
+            return Plan(True, 128, 256, 64, 8, 3, EPI_SPLIT=2)
+        if cdiv(m, 128) * cdiv(n, 128) >= n_sms or m > 256:
+            return Plan(True, 128, 128, 64, 8, 4, EPI_SPLIT=2)
+        return Plan(True, 64, 128, 64, 4, 4)  # few tiles (M ≤ 256): smaller ones to fill the SMs
+    if fp32:
+        return Plan(False, 128, 64, 32, 4, 3)
+    return Plan(False, 128, 64 if gated else 128, 32, 8, 4)
+
+
+def _fp8_plan(m: int, n: int, k: int, batch: int, gated: bool, tma_ok: bool, n_sms: int,
+              block_scaled: bool) -> Plan:
+    """fp8: BLOCK_K 128 (fp8 wgmma takes K in 32s; 128 is also the block-scale granularity). Either way a
+    second fp32 tile is live next to the accumulator — the block's product before it is scaled (block
+    scales) or the wgmma chain promoted into fp32 every BLOCK_K (per tensor/row) — so tiles are 128×128
+    (128×256 spills: 255 registers + 64 B stack at 8 warps, AOT for sm_90) and 128×64 with swiglu's
+    second accumulator."""
+    if m <= DECODE_M:
+        split = 1
+        tiles = cdiv(m, 16) * cdiv(n, 64) * batch
+        while tiles * split < n_sms and k // (2 * split) >= 4 * 128 and split < 16:
+            split *= 2
+        return Plan(False, max(16, next_pow2(m)), 64, 128, 4, 4, SPLIT_K=split)
+    bn = 64 if gated else 128
+    if not tma_ok:
+        return Plan(False, 128, bn, 128, 8, 3)
+    return Plan(True, 128, bn, 128, 8, 4, EPI_SPLIT=2)
+
+
+def _tma_operand(t: torch.Tensor) -> tuple[bool, int] | None:
+    """``(transposed, stride)`` of a 2-D operand TMA can read — a unit stride in one dimension, the other
+    stride and the base 16-byte aligned — else None."""
+    size = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0:
+        return False, t.stride(0)
+    if t.stride(0) == 1 and (t.stride(1) * size) % 16 == 0:
+        return True, t.stride(1)
+    return None
+
+
+def _precision(dtype: torch.dtype) -> str:
+    """fp32 inputs: TF32 exactly when PyTorch's own matmul would use it, else exact fp32 products."""
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "ieee"
+
+
+def _merge_rows(a: torch.Tensor) -> torch.Tensor | None:
+    """``a [B, M, K]`` as ``[B·M, K]`` without a copy, or None when its rows do not merge."""
+    if a.stride(0) == a.shape[1] * a.stride(1) or a.shape[0] == 1:
+        return a.reshape(-1, a.shape[2]) if a.shape[0] > 1 else a[0]
+    return None
+
+
+def _scale_args(t: torch.Tensor | None, mode: int) -> tuple[int, int]:
+    """Strides of a scale tensor as the kernels read it: mode 2 ``[M]``/``[N]``, mode 3 ``[rows, K/128]``."""
+    if mode == 2:
+        return t.stride(-1), 0
+    if mode == 3:
+        return t.stride(0), t.stride(1)
+    return 0, 0
+
+
+def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
+               act: str, alpha: float, beta: float, out_dtype: torch.dtype, scale_a: torch.Tensor | None = None,
+               scale_b: torch.Tensor | None = None, scale_modes: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """``act(alpha·a@b + bias) + beta·residual`` (validated inputs; see ``api.matmul``). ``act`` is
+    ``"none"`` or an activation name; swiglu halves b's columns. fp8 (``api.fp8_matmul``): ``scale_a`` /
+    ``scale_b`` with ``scale_modes`` (0 none, 1 per tensor, 2 per row / column, 3 blocks; 3 for both or
+    neither) dequantise the product before the epilogue."""
+    gated = act == "swiglu"
+    k, nb = b.shape[-2], b.shape[-1]
+    n = nb // 2 if gated else nb
+    m = a.shape[-2]
+    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    out_shape = (batch, m, n) if (a.dim() == 3 or b.dim() == 3) else (m, n)
+    out = empty(out_shape, dtype=out_dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+
+    # One 2-D product where possible: [B, M, K] @ [K, N] is [B·M, K] @ [K, N] when A's rows merge.
+    a2 = None if b.dim() == 3 else a if a.dim() == 2 else _merge_rows(a)
+    if a2 is not None:
+        m2 = a2.shape[0]
+        c3, a3, b3 = out.view(1, m2, n), a2.unsqueeze(0), b.unsqueeze(0)
+        r3 = None if residual is None else residual.reshape(1, m2, n)
+        n_batch = 1
+    else:
+        m2 = m
+        c3 = out if out.dim() == 3 else out.unsqueeze(0)
+        a3 = a if a.dim() == 3 else a.unsqueeze(0).expand(batch, -1, -1)
+        b3 = b if b.dim() == 3 else b.unsqueeze(0).expand(batch, -1, -1)
+        r3 = None if residual is None else residual.view(c3.shape) if residual.dim() == 3 else \
+            residual.unsqueeze(0)
+        n_batch = batch
+
+    n_sms = sm_count(a.device.index or 0) if a.is_cuda else sm_count()
+    tma_ops = None
+    if n_batch == 1 and k > 0 and m2 > DECODE_M and tma_available() and (n * out.element_size()) % 16 == 0:
+        ta, tb = _tma_operand(a3[0]), _tma_operand(b3[0])
+        tma_ops = (ta, tb) if ta is not None and tb is not None else None
+    mode_a, mode_b = scale_modes
+    plan = matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None, n_sms, mode_a == 3)
+    sa_arg = scale_a if scale_a is not None else out
+    sb_arg = scale_b if scale_b is not None else out
+    scale_strides = (*_scale_args(scale_a, mode_a), *_scale_args(scale_b, mode_b))
+    fp8 = a.element_size() == 1
+    scale_kw = {"SCALE_A": mode_a, "SCALE_B": mode_b,
+                "MAX_IMPRECISE": plan.BLOCK_K if fp8 and mode_a != 3 else None}
+    bias_arg = bias if bias is not None else out
+    s_bias = bias.stride(0) if bias is not None else 0
+    res_arg = r3 if r3 is not None else c3
+    s_r = r3.stride() if r3 is not None else (0, 0, 0)
+    precision = _precision(a.dtype)
+
+    if plan.tma:
+        ensure_tma_allocator()
+        (a_t, s_a), (b_t, s_b) = tma_ops
+        n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
+        launch(_matmul_tma_kernel, (min(n_sms, n_tiles), 1, 1),
+               a3[0], b3[0], c3[0], bias_arg, res_arg[0], sa_arg, sb_arg,
+               m2, n, k, s_a, s_b, c3.stride(1), s_r[1], s_r[2], s_bias, *scale_strides, alpha, beta,
+               num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
+               ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, A_T=a_t, B_T=b_t,
+               PRECISION=precision, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
+               GROUP_M=plan.GROUP_M, NUM_SMS=n_sms, EPI_SPLIT=plan.EPI_SPLIT, FLATTEN=True,
+               WARP_SPECIALIZE=False)
+        return out
+
+    split = plan.SPLIT_K
+    k_split = cdiv(cdiv(max(k, 1), split), plan.BLOCK_K) * plan.BLOCK_K
+    split = cdiv(max(k, 1), k_split)
+    ws = empty((split, n_batch, m2, nb), dtype=torch.float32, device=a.device) if split > 1 else out
+    n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
+    launch(_matmul_kernel, (n_tiles, split, n_batch),
+           a3, b3, c3, bias_arg, res_arg, ws, sa_arg, sb_arg,
+           m2, n, k, k_split,
+           *a3.stride(), *b3.stride(), *c3.stride(), *s_r, s_bias, *scale_strides, alpha, beta,
+           num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
+           ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, SPLIT_K=split, PRECISION=precision,
+           BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K, GROUP_M=plan.GROUP_M)
+    if split > 1:
+        bm, bn = (16, 32) if interpreter_active() else (16, 128)
+        launch(_splitk_reduce_kernel, (cdiv(m2, bm) * cdiv(n, bn), n_batch, 1),
+               ws, c3, bias_arg, res_arg, m2, n, *c3.stride(), *s_r, s_bias, alpha, beta,
+               num_warps=4, ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, SPLIT_K=split,
+               BLOCK_M=bm, BLOCK_N=bn)
+    return out

@@ -1,0 +1,367 @@
+"""GEMM family: ``matmul`` against the float64 reference (every epilogue, layouts, batching, empty K,
+split-K), its backward, bad input, torch.compile, and the Hopper kernels compiled ahead of time for sm_90.
+CPU tests run under Triton's interpreter (fp16/fp32: the interpreter mis-computes bf16 dots)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.check.compare import compare
+from kernelworks.inspect import inspect_op
+from kernelworks.ops.gemm import FP8_MATMUL_SPEC, GROUPED_MATMUL_SPEC, MATMUL_SPEC, reference
+from kernelworks.ops.gemm.api import matmul
+from kernelworks.ops.gemm.forward import matmul_plan
+from kernelworks.ops.gemm.fp8 import fp8_matmul
+from kernelworks.ops.gemm.grouped import grouped_matmul
+from kernelworks.ops.gemm.spec import expert_sizes
+from kernelworks.runtime.alloc import poison_outputs
+from kernelworks.runtime.device import default_device
+from kernelworks.spec import case, default_tolerance
+
+DEVICE = default_device()
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def _rand(*shape, dtype=F32, scale=1.0):
+    return (torch.randn(shape, device=DEVICE) * scale).to(dtype)
+
+
+def _check(out, kw, dtype):
+    """``out`` against the float64 reference, within 2× PyTorch's own error in ``dtype``."""
+    up = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    ref = reference.matmul(**up)
+    base = reference.matmul(**kw)
+    c = compare("out", out, ref, base, default_tolerance(dtype), expected_dtype=base.dtype)
+    assert c.passed, c
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu", "swiglu"])
+def test_epilogues_match_reference(act, dtype):
+    torch.manual_seed(0)
+    m, n, k = 19, 40, 37
+    kw = {"a": _rand(m, k, dtype=dtype), "b": _rand(k, n, dtype=dtype, scale=k ** -0.5),
+          "bias": _rand(n, dtype=dtype, scale=0.5), "activation": act,
+          "residual": _rand(m, n // 2 if act == "swiglu" else n, dtype=dtype), "alpha": 0.7, "beta": 1.5}
+    with poison_outputs():
+        out = matmul(**kw)
+    _check(out, kw, dtype)
+
+
+@pytest.mark.parametrize("layout", ["a_t", "b_t", "both_t", "sliced"])
+def test_strided_operands_need_no_copy(layout):
+    """Transposed and sliced operands give the same result as their contiguous copies."""
+    torch.manual_seed(1)
+    m, n, k = 21, 30, 45
+    a = _rand(k, m, dtype=F16).t() if layout in ("a_t", "both_t") else _rand(m, k + 7, dtype=F16)[:, :k]
+    b = _rand(n, k, dtype=F16).t() if layout in ("b_t", "both_t") else _rand(k, n + 5, dtype=F16)[:, :n]
+    out = matmul(a, b)
+    torch.testing.assert_close(out, matmul(a.contiguous(), b.contiguous()), rtol=0, atol=0)
+    _check(out, {"a": a, "b": b}, F16)
+
+
+@pytest.mark.parametrize("shapes", [((2, 9, 24), (2, 24, 20)), ((3, 9, 24), (24, 20)), ((9, 24), (3, 24, 20))],
+                         ids=["both_3d", "shared_b", "shared_a"])
+def test_batched(shapes):
+    torch.manual_seed(2)
+    kw = {"a": _rand(*shapes[0]), "b": _rand(*shapes[1]), "bias": _rand(20)}
+    out = matmul(**kw)
+    assert out.shape == torch.matmul(kw["a"], kw["b"]).shape
+    _check(out, kw, F32)
+
+
+def test_empty_k_is_epilogue_of_zeros():
+    bias, res = _rand(7), _rand(5, 7)
+    a, b = torch.empty(5, 0, device=DEVICE), torch.empty(0, 7, device=DEVICE)
+    with poison_outputs():
+        out = matmul(a, b, bias=bias, activation="gelu", residual=res)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(bias).expand(5, 7) + res)
+
+
+def test_split_k_is_deterministic_and_correct():
+    """Decode shapes (M ≤ 16, long K) split K under the interpreter too; the reduction is ordered."""
+    plan = matmul_plan(2, 48, 300, 1, 4, False, False, 132)
+    assert plan.SPLIT_K > 1
+    torch.manual_seed(3)
+    kw = {"a": _rand(2, 300), "b": _rand(300, 48, scale=300 ** -0.5), "bias": _rand(48)}
+    first, second = matmul(**kw), matmul(**kw)
+    assert torch.equal(first, second)
+    _check(first, kw, F32)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "shared_b"])
+def test_backward_matches_reference(batched):
+    torch.manual_seed(4)
+    lead = (2,) if batched else ()
+    kw = {"a": _rand(*lead, 11, 24), "b": _rand(24, 18), "bias": _rand(18), "residual": _rand(*lead, 11, 18),
+          "alpha": 0.5, "beta": 2.0}
+    names = ("a", "b", "bias", "residual")
+    go = torch.randn(*lead, 11, 18, device=DEVICE, dtype=torch.float64)
+
+    def grads(fn, dtype):
+        leaves = {k: (v.detach().to(dtype).requires_grad_(True) if k in names else v) for k, v in kw.items()}
+        return torch.autograd.grad(fn(**leaves), [leaves[n] for n in names], go.to(dtype))
+
+    ours, ref = grads(matmul, F32), grads(reference.matmul, torch.float64)
+    for name, g, r in zip(names, ours, ref):
+        torch.testing.assert_close(g.double(), r, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu", "swiglu"])
+def test_activation_backward_matches_reference(act):
+    """The backward recomputes the pre-activation and goes through the activation family's kernel."""
+    torch.manual_seed(10)
+    n = 20
+    kw = {"a": _rand(2, 9, 24), "b": _rand(24, n, scale=24 ** -0.5), "bias": _rand(n), "activation": act,
+          "residual": _rand(2, 9, n // 2 if act == "swiglu" else n), "alpha": 0.8}
+    names = ("a", "b", "bias", "residual")
+    go = torch.randn(kw["residual"].shape, device=DEVICE, dtype=torch.float64)
+
+    def grads(fn, dtype):
+        leaves = {k: (v.detach().to(dtype).requires_grad_(True) if k in names else v) for k, v in kw.items()}
+        return torch.autograd.grad(fn(**leaves), [leaves[n] for n in names], go.to(dtype))
+
+    with poison_outputs():
+        ours = grads(matmul, F32)
+    for name, g, r in zip(names, ours, grads(reference.matmul, torch.float64)):
+        torch.testing.assert_close(g.double(), r, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("kwargs,exc,name", [
+    ({"a": "x"}, TypeError, "a"),
+    ({"a": torch.zeros(4, 8, dtype=torch.int32)}, TypeError, "a"),
+    ({"b": torch.zeros(8, 5, dtype=F16)}, TypeError, "a, b"),
+    ({"b": torch.zeros(7, 5)}, ValueError, "b"),
+    ({"a": torch.zeros(4)}, ValueError, "a"),
+    ({"a": torch.zeros(2, 4, 8), "b": torch.zeros(3, 8, 5)}, ValueError, "b"),
+    ({"bias": torch.zeros(4)}, ValueError, "bias"),
+    ({"residual": torch.zeros(4, 4)}, ValueError, "residual"),
+    ({"activation": "tanh"}, ValueError, "activation"),
+    ({"activation": "swiglu"}, ValueError, "b"),
+    ({"alpha": float("nan")}, ValueError, "alpha"),
+    ({"out_dtype": torch.int8}, TypeError, "out_dtype"),
+])
+def test_bad_input(kwargs, exc, name):
+    kw = {"a": torch.zeros(4, 8, device=DEVICE), "b": torch.zeros(8, 5, device=DEVICE), **kwargs}
+    kw = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    with pytest.raises(exc, match=rf"^{name}:"):
+        matmul(**kw)
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    torch.manual_seed(5)
+    a, b, bias = _rand(9, 16).requires_grad_(True), _rand(16, 12).requires_grad_(True), _rand(12)
+
+    def f(a, b, bias):
+        return matmul(a, b, bias=bias).square().sum()
+
+    loss = torch.compile(f, backend="aot_eager", fullgraph=True)(a, b, bias)
+    ga, gb = torch.autograd.grad(loss, [a, b])
+    a2, b2 = a.detach().double().requires_grad_(True), b.detach().double().requires_grad_(True)
+    ra, rb = torch.autograd.grad(reference.matmul(a2, b2, bias.double()).square().sum(), [a2, b2])
+    torch.testing.assert_close(ga.double(), ra, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gb.double(), rb, rtol=1e-4, atol=1e-4)
+
+    g = torch.compile(lambda a, b: matmul(a, b, activation="swiglu"), backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        a0, b0 = a.detach(), _rand(16, 12)
+        torch.testing.assert_close(g(a0, b0), matmul(a0, b0, activation="swiglu"))
+
+
+# ------------------------------------------------------------------------------- ahead-of-time for sm_90
+
+
+@pytest.mark.parametrize("name", ["square-4096", "8192-swiglu", "8192-bias-gelu", "llama3_8b-gate_up-M1024"])
+def test_hopper_path_compiles_for_sm90(name):
+    """Aligned bench shapes take the persistent TMA kernel: wgmma, no spills, one program per SM."""
+    reports = inspect_op(MATMUL_SPEC, name, "sm_90")
+    assert [r.name for r in reports] == ["_matmul_tma_kernel"]
+    r = reports[0]
+    assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+    assert r.grid == (132, 1, 1)
+    assert r.shared_bytes <= 227 * 1024
+
+
+def test_backward_compiles_for_sm90():
+    """The backward of bias + GELU: the fp32 pre-activation recompute, the activation gradient, and dA, dB
+    on transposed views — all TMA-eligible, no spills."""
+    reports = inspect_op(MATMUL_SPEC, "8192-bias-gelu", "sm_90", modes=("bwd",))
+    names = sorted(r.name for r in reports)
+    assert names == ["_activation_bwd_kernel", "_matmul_tma_kernel", "_matmul_tma_kernel", "_matmul_tma_kernel"]
+    assert all(r.spill_bytes == 0 for r in reports)
+    assert {(r.constexprs["A_T"], r.constexprs["B_T"]) for r in reports if r.name == "_matmul_tma_kernel"} == \
+        {(False, True), (False, False), (True, False)}
+
+
+def test_hopper_warp_specialized_config_compiles():
+    (r,) = inspect_op(MATMUL_SPEC, "square-4096", "sm_90", config={"FLATTEN": False, "WARP_SPECIALIZE": True})
+    assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+
+
+def test_decode_takes_split_k_pointer_path_for_sm90():
+    reports = inspect_op(MATMUL_SPEC, "llama3_8b-down-M1", "sm_90")
+    names = [r.name for r in reports]
+    assert names == ["_matmul_kernel", "_splitk_reduce_kernel"]
+    assert reports[0].grid[1] > 1  # K is split
+    assert all(r.spill_bytes == 0 for r in reports)
+
+
+def test_misaligned_operand_falls_back_to_pointer_path():
+    """A transposed A whose row stride (300 bf16 = 600 B) is not 16-byte aligned cannot be a TMA operand."""
+    reports = inspect_op(MATMUL_SPEC, "300x256x200-a_t-res", "sm_90")
+    assert [r.name for r in reports] == ["_matmul_kernel"]
+    assert reports[0].spill_bytes == 0
+
+
+# ------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", [(4096, 4096, 4096), (1, 4096, 14336), (16, 6144, 4096), (300, 520, 264)])
+@pytest.mark.parametrize("act", [None, "gelu", "swiglu"])
+def test_gpu_bf16_within_twice_cublas_error(mnk, act):
+    m, n, k = mnk
+    c = case("gpu", BF16, M=m, N=n, K=k, b_t=True, bias=True, act=act)
+    torch.manual_seed(6)
+    kw = MATMUL_SPEC.inputs(c, DEVICE)
+    _check(matmul(**kw), kw, BF16)
+
+
+@pytest.mark.gpu
+def test_gpu_fp32_follows_allow_tf32():
+    torch.manual_seed(7)
+    a, b = _rand(512, 512), _rand(512, 512)
+    exact = a.double() @ b.double()
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert (matmul(a, b).double() - exact).abs().max() < 1e-3
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert (matmul(a, b).double() - exact).abs().max() > 1e-3  # TF32 keeps 10 mantissa bits
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+# ------------------------------------------------------------------------------------------------- fp8
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _fp8(*shape):
+    return torch.randn(shape, device=DEVICE).to(E4M3)
+
+
+@pytest.mark.parametrize("kwargs,exc,name", [
+    ({"a": torch.zeros(4, 256, dtype=F16)}, TypeError, "a"),
+    ({"b": torch.zeros(128, 64).to(E4M3)}, ValueError, "b"),
+    ({"scale_a": torch.ones(3)}, ValueError, "scale_a"),
+    ({"scale_a": torch.ones(4, dtype=F16)}, TypeError, "scale_a"),
+    ({"scale_b": torch.ones(64, 2)}, ValueError, "scale_b"),
+    ({"scale_a": torch.ones(4, 2)}, ValueError, "scale_a, scale_b"),  # block scales for a only
+    ({"bias": torch.zeros(3)}, ValueError, "bias"),
+    ({"activation": "tanh"}, ValueError, "activation"),
+    ({"out_dtype": torch.int32}, TypeError, "out_dtype"),
+])
+def test_fp8_bad_input(kwargs, exc, name):
+    kw = {"a": _fp8(4, 256), "b": _fp8(64, 256).t(), "scale_a": torch.ones(()), "scale_b": torch.ones(()),
+          **kwargs}
+    kw = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    with pytest.raises(exc, match=rf"^{name}:"):
+        fp8_matmul(**kw)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no fp8 GPU is present")
+def test_fp8_refused_under_the_interpreter():
+    with pytest.raises(NotImplementedError, match="compute capability"):
+        fp8_matmul(_fp8(4, 256), _fp8(64, 256).t(), torch.ones(()), torch.ones(()))
+
+
+@pytest.mark.parametrize("name", ["8192-tensor", "8192-row", "8192-block", "256x512x512-block-swiglu",
+                                  "llama3_8b-down-M16-tensor"])
+def test_fp8_compiles_for_sm90(name):
+    """fp8 kernels compile for sm_90 with fp8 wgmma (QGMMA) on the TMA path and no spills."""
+    reports = inspect_op(FP8_MATMUL_SPEC, name, "sm_90")
+    assert reports and all(r.spill_bytes == 0 for r in reports)
+    tma = [r for r in reports if r.name == "_matmul_tma_kernel"]
+    (c,) = [c for c in (*FP8_MATMUL_SPEC.bench_cases, *FP8_MATMUL_SPEC.check_cases) if c.name == name]
+    if c["M"] > 64:
+        assert len(tma) == 1 and tma[0].mix.count("QGMMA") > 0
+    else:
+        assert [r.name for r in reports] == ["_matmul_kernel", "_splitk_reduce_kernel"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("mnk", [(17, 256, 384), (300, 512, 1024), (1, 4096, 4096), (2048, 2048, 8192)])
+def test_gpu_fp8_matches_reference(scaling, mnk):
+    m, n, k = mnk
+    c = case("gpu", E4M3, M=m, N=n, K=k, scaling=scaling, bias=True, act="gelu")
+    torch.manual_seed(8)
+    kw = FP8_MATMUL_SPEC.inputs(c, DEVICE)
+    out = fp8_matmul(**kw)
+    up = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    res = compare("out", out, reference.fp8_matmul(**up), reference.fp8_matmul(**kw), default_tolerance(BF16),
+                  expected_dtype=BF16)
+    assert res.passed, res
+
+
+# --------------------------------------------------------------------------------------------- grouped
+
+
+def _grouped_inputs(sizes, k, n, dtype=F32):
+    a = _rand(sum(sizes), k, dtype=dtype)
+    b = _rand(len(sizes), n, k, dtype=dtype, scale=k ** -0.5).transpose(1, 2)
+    return a, b
+
+
+@pytest.mark.parametrize("sizes", [[5, 0, 17, 1, 33], [40], [0, 0, 9], [16, 16, 16]], ids=str)
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "fp16"])
+def test_grouped_matches_loop_of_matmuls(sizes, dtype):
+    torch.manual_seed(9)
+    a, b = _grouped_inputs(sizes, 37, 24, dtype)
+    t = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    with poison_outputs():
+        out = grouped_matmul(a, b, t)
+    ref = reference.grouped_matmul(a.double(), b.double(), t)
+    c = compare("out", out, ref, reference.grouped_matmul(a, b, t), default_tolerance(dtype),
+                expected_dtype=dtype)
+    assert c.passed, c
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    assert torch.equal(out, grouped_matmul(a, b, offsets=offsets))
+    assert torch.equal(out, grouped_matmul(a, b, sizes))
+
+
+@pytest.mark.parametrize("kwargs,exc,name", [
+    ({"group_sizes": [3, 3]}, ValueError, "group_sizes"),         # sums to 6, a has 8 rows
+    ({"group_sizes": [8]}, ValueError, "group_sizes"),            # 1 size for 2 experts
+    ({"group_sizes": torch.tensor([4.0, 4.0])}, TypeError, "group_sizes"),
+    ({"group_sizes": None}, ValueError, "group_sizes, offsets"),
+    ({"b": torch.zeros(2, 5, 6)}, ValueError, "b"),
+    ({"b": torch.zeros(5, 6)}, ValueError, "b"),
+])
+def test_grouped_bad_input(kwargs, exc, name):
+    kw = {"a": torch.zeros(8, 4), "b": torch.zeros(2, 4, 6), "group_sizes": [3, 5], **kwargs}
+    kw = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    with pytest.raises(exc, match=rf"^{name}:"):
+        grouped_matmul(**kw)
+
+
+def test_grouped_torch_compile_fullgraph():
+    a, b = _grouped_inputs([3, 0, 6], 16, 8)
+    t = torch.tensor([3, 0, 6], dtype=torch.int32, device=DEVICE)
+    out = torch.compile(grouped_matmul, backend="aot_eager", fullgraph=True)(a, b, t)
+    assert torch.equal(out, grouped_matmul(a, b, t))
+
+
+def test_expert_sizes_are_skewed_and_exact():
+    sizes = expert_sizes(16384, 64, "zipf")
+    assert sum(sizes) == 16384 and sizes.count(0) == 16 and max(sizes) > 10 * (16384 // 64)
+
+
+@pytest.mark.parametrize("name", ["mixtral-e8-16k", "finegrained-e64-2k"])
+def test_grouped_compiles_for_sm90(name):
+    (r,) = inspect_op(GROUPED_MATMUL_SPEC, name, "sm_90")
+    assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
