@@ -279,6 +279,7 @@ def load_spec(target: str) -> OpSpec:
 _DTYPE_NAMES = {
     torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
     torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
+    torch.float8_e4m3fn: "fp8e4m3", torch.float8_e5m2: "fp8e5m2",
 }
 
 

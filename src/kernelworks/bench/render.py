@@ -110,11 +110,11 @@ def benchmarks_markdown(results: Sequence[dict[str, Any]], plots: dict[str, list
     return "\n".join(out) + "\n"
 
 
-def _finish(fig, ax, title: str, path: Path) -> Path:
+def _finish(fig, ax, title: str, path: Path, ylabel: str = "GB/s") -> Path:
     """Label, save and close one figure."""
     import matplotlib.pyplot as plt
 
-    ax.set_ylabel("GB/s")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -152,19 +152,38 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
                           fontsize=8)
             paths.append(_finish(fig, ax, f"{result['op']} {mode} — {gpu}", folder / f"{result['op']}-{mode}.png"))
         if sweep:
-            param = sweep[0]["sweep"]
-            fig, ax = plt.subplots(figsize=(6.5, 4))
-            for p in providers:
-                pts = sorted((r["params"][param], r["gbs"]) for r in sweep if r["provider"] == p)
-                if pts:
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
-            ceil = result["environment"].get("ceilings", {}).get("bandwidth_gbs")
-            if ceil:
-                ax.axhline(ceil, color="grey", linestyle="--", linewidth=1, label="copy ceiling")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel(param)
-            paths.append(_finish(fig, ax, f"{result['op']} {mode} over {param} — {gpu}",
-                                 folder / f"{result['op']}-{mode}-sweep.png"))
+            paths.extend(_plot_sweeps(result, mode, sweep, providers, folder, plt))
+    return paths
+
+
+def _plot_sweeps(result: dict[str, Any], mode: str, sweep: list[dict[str, Any]], providers: list[str],
+                 folder: Path, plt: Any) -> list[Path]:
+    """One line plot per swept series: cases that differ only in the swept param form a series (the GEMM
+    projection shapes over M make one plot each). The y axis is TFLOP/s when most points are
+    compute-bound, GB/s (with the copy ceiling) otherwise."""
+    gpu = result["environment"].get("gpu")
+    param = sweep[0]["sweep"]
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in sweep:
+        fixed = {k: v for k, v in r["params"].items() if k != param}
+        series[", ".join(f"{k}={v}" for k, v in fixed.items())].append(r)
+    paths = []
+    for n, (label, recs) in enumerate(series.items()):
+        compute = sum(r.get("bound") == "compute" for r in recs) > len(recs) / 2
+        metric, unit = ("tflops", "TFLOP/s") if compute else ("gbs", "GB/s")
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for p in providers:
+            pts = sorted((r["params"][param], r[metric]) for r in recs if r["provider"] == p)
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+        ceil = result["environment"].get("ceilings", {}).get("bandwidth_gbs")
+        if ceil and not compute:
+            ax.axhline(ceil, color="grey", linestyle="--", linewidth=1, label="copy ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(param)
+        suffix = "" if len(series) == 1 else f"-{n}"
+        title = f"{result['op']} {mode} over {param}" + (f" ({label})" if len(series) > 1 else "") + f" — {gpu}"
+        paths.append(_finish(fig, ax, title, folder / f"{result['op']}-{mode}-sweep{suffix}.png", unit))
     return paths
 
 
