@@ -2,7 +2,8 @@
 # One GPU session of kernelworks in a single call (the lent machine keeps nothing between sessions):
 #   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench sweeps diagnose
 #                                                 (default: check tests bench)
-# CHECK_OPS / BENCH_OPS="op1 op2" narrow the check / bench (default all); TESTS="paths/args" the pytest run; SWEEPS="benchmarks/sweeps/x.py ..." picks the sweeps
+# CHECK_OPS / BENCH_OPS="op1 op2" narrow the check / bench (default all); BENCH_ARGS adds kw bench options;
+# TESTS="paths/args" the pytest run; SWEEPS="benchmarks/sweeps/x.py ..." picks the sweeps
 # (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
 # DEADLINE_S (default 570) bounds the whole call: each stage gets the time left, so the tarball is always made.
 # Peer wheels (liger-kernel) are taken from .whl/ when present. Everything lands in $OUT (or ./gpu-out):
@@ -34,7 +35,7 @@ for stage in $stages; do
            tail -1 "$OUT/check.log" ;;
     # no -x: one GPU call must show every failure
     tests) timeout "$(left)" python3 -m pytest -q ${TESTS:-tests} > "$OUT/tests.log" 2>&1; rc=$?; tail -1 "$OUT/tests.log" ;;
-    bench) timeout "$(left)" python3 -m kernelworks bench ${BENCH_OPS:-all} --save "$OUT/results" \
+    bench) timeout "$(left)" python3 -m kernelworks bench ${BENCH_OPS:-all} ${BENCH_ARGS:-} --save "$OUT/results" \
              > "$OUT/bench.log" 2>&1; rc=$? ;;
     sweeps)  # every benchmarks/sweeps/*.py (or SWEEPS="a b"), each writing $OUT/results/sweeps/<name>.json
       rc=0; mkdir -p "$OUT/results/sweeps"
