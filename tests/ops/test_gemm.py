@@ -79,6 +79,7 @@ def test_empty_k_is_epilogue_of_zeros():
     torch.testing.assert_close(out, torch.nn.functional.gelu(bias).expand(5, 7) + res)
 
 
+@pytest.mark.interpreter
 def test_split_k_is_deterministic_and_correct():
     """Decode shapes (M ≤ 16, long K) split K under the interpreter too; the reduction is ordered."""
     plan = matmul_plan(2, 48, 300, 1, 4, False, False, 132)
