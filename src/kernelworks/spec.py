@@ -44,7 +44,9 @@ class Case:
     """One named shape/dtype/layout point of an op.
 
     ``params`` holds whatever the spec's input maker and cost model read (sizes, layout flags); tags mark
-    subsets: ``"gpu"`` (too large for the CPU interpreter), ``"quick"`` (in ``kw report``'s default run).
+    subsets: ``"gpu"`` (too large for the CPU interpreter), ``"quick"`` (in ``kw report``'s default run),
+    ``"sweep:<param>"`` (a point of a line plotted over ``params[<param>]``; ``"sweep:<param>@<series>"``
+    puts it on the plot of that series, e.g. one GEMM shape over M).
     """
 
     name: str

@@ -41,6 +41,7 @@ class BenchRecord:
     bound: str | None = None
     rel_l2_err: float | None = None
     sweep: str | None = None  # the param a "sweep:<param>" tagged case varies (plotted as a line)
+    series: str | None = None  # "sweep:<param>@<series>": which line (and plot) of that sweep the case is on
     peak_mb: float | None = None  # STEP mode: device memory one step allocates beyond its inputs, at peak
     host_us: float | None = None  # median host time of one call (Python + launches), µs
 
@@ -50,8 +51,10 @@ class BenchRecord:
 
 def _record(spec: OpSpec, case: Case, mode: str, provider: str, status: str) -> BenchRecord:
     params = {k: v for k, v in case.params.items() if isinstance(v, (int, float, str, bool))}
-    sweep = next((t.split(":", 1)[1] for t in sorted(case.tags) if t.startswith("sweep:")), None)
-    return BenchRecord(spec.name, case.id, params, dtype_name(case.dtype), mode, provider, status, sweep=sweep)
+    tag = next((t.split(":", 1)[1] for t in sorted(case.tags) if t.startswith("sweep:")), None)
+    sweep, _, series = tag.partition("@") if tag else (None, "", "")
+    return BenchRecord(spec.name, case.id, params, dtype_name(case.dtype), mode, provider, status, sweep=sweep,
+                       series=series or None)
 
 
 def _verify(spec: OpSpec, case: Case, out: Any, ref: tuple, base: tuple) -> tuple[bool, str, float]:

@@ -158,15 +158,14 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
 
 def _plot_sweeps(result: dict[str, Any], mode: str, sweep: list[dict[str, Any]], providers: list[str],
                  folder: Path, plt: Any) -> list[Path]:
-    """One line plot per swept series: cases that differ only in the swept param form a series (the GEMM
-    projection shapes over M make one plot each). The y axis is TFLOP/s when most points are
-    compute-bound, GB/s (with the copy ceiling) otherwise."""
+    """One line plot per sweep series (a case tagged ``sweep:<param>@<series>`` is on that series' plot;
+    ``sweep:<param>`` alone: one plot), e.g. each GEMM projection shape over M. The y axis is TFLOP/s
+    when most points are compute-bound, GB/s (with the copy ceiling) otherwise."""
     gpu = result["environment"].get("gpu")
     param = sweep[0]["sweep"]
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sweep:
-        fixed = {k: v for k, v in r["params"].items() if k != param}
-        series[", ".join(f"{k}={v}" for k, v in fixed.items())].append(r)
+        series[r.get("series") or ""].append(r)
     paths = []
     for n, (label, recs) in enumerate(series.items()):
         compute = sum(r.get("bound") == "compute" for r in recs) > len(recs) / 2
@@ -181,7 +180,7 @@ def _plot_sweeps(result: dict[str, Any], mode: str, sweep: list[dict[str, Any]],
             ax.axhline(ceil, color="grey", linestyle="--", linewidth=1, label="copy ceiling")
         ax.set_xscale("log", base=2)
         ax.set_xlabel(param)
-        suffix = "" if len(series) == 1 else f"-{n}"
+        suffix = f"-{label}" if label else ("" if n == 0 else f"-{n}")
         title = f"{result['op']} {mode} over {param}" + (f" ({label})" if len(series) > 1 else "") + f" — {gpu}"
         paths.append(_finish(fig, ax, title, folder / f"{result['op']}-{mode}-sweep{suffix}.png", unit))
     return paths
