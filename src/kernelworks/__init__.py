@@ -8,6 +8,7 @@ The library::
     y, h = kw.rms_norm(x, w, residual=h)   # residual add + RMSNorm in one pass
     loss = kw.cross_entropy(logits, target)
     c = kw.matmul(a, b, bias=bias, activation="gelu")    # GEMM with a fused epilogue
+    o = kw.flash_attention(q, k, v, causal=True)         # q, k, v: [batch, seq, heads, head_dim]
 
 The workbench (same on the command line as ``kw check`` / ``kw bench`` / ``kw report``)::
 
@@ -23,6 +24,7 @@ enable_interpreter_without_gpu()
 
 from kernelworks import nn  # noqa: E402
 from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
+from kernelworks.ops.attention import decode_attention, flash_attention  # noqa: E402
 from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy  # noqa: E402
 from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill, gated_delta_reference  # noqa: E402
 from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E402
@@ -44,6 +46,8 @@ __all__ = [
     "case",
     "check",
     "cross_entropy",
+    "decode_attention",
+    "flash_attention",
     "fp8_matmul",
     "fused_linear_cross_entropy",
     "gated_delta_decode",

@@ -1,0 +1,353 @@
+"""Flash attention backward: ``dq, dk, dv`` from ``do`` (and an optional ``dlse``), recomputing the
+probabilities from the saved log-sum-exp; deterministic by construction (no atomics).
+
+With ``P = exp(s − lse)`` (row-normalised), ``dP = dO Vᵀ``, ``Δ = rowsum(dO ∘ O) − dlse``:
+``dS = P ∘ (dP − Δ)`` (the gradient of the logits; ``dlse`` enters only through Δ since
+``∂lse/∂s = P``), ``dV = Pᵀ dO``, ``dK = scale · dS'ᵀ Q``, ``dQ = scale · dS' K`` with ``dS' = dS`` or, with
+a softcap, ``dS ∘ (1 − tanh²)``.
+
+Three kernels:
+
+1. ``_attn_bwd_delta_kernel``: Δ, fp32 ``[B, Hq, Sq]`` like lse (one read of O and dO);
+2. ``_attn_bwd_dkdv_kernel``: one program per (batch, KV head, KV block) loops over every query head of
+   its group and the query blocks of the band, so dK and dV are summed in registers and written once;
+3. ``_attn_bwd_dq_kernel``: one program per (batch, query head, query block) loops over the key blocks.
+
+The cost of determinism: QKᵀ and dO Vᵀ are computed twice (once per pass): 5 matmuls of ``Sq·Sk·D`` in
+the dK/dV pass + 3 in the dQ pass, against 5 for a single pass accumulating dQ with atomics (flash-attn 2's
+default). So ~8/5 of the matmul work of the atomic variant, and no fp32 dQ scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelworks.ops._math import LOG2E
+from kernelworks.ops.attention.forward import (
+    band,
+    band_mask,
+    dot_precision,
+    scores,
+    seq_bounds,
+    tile_mask,
+    tile_mask_t,
+)
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.device import gpu_capability, interpreter_active
+from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+
+
+@triton.jit
+def _load_lse2(p_l, o_m, m_m):
+    """Saved lse → base 2, with ``+inf`` for rows out of range and rows that saw no key (lse = -inf), so
+    their ``P = exp2(s − lse₂)`` is exactly 0."""
+    b_lse = tl.load(p_l + o_m, mask=m_m, other=float("inf"))
+    return tl.where(b_lse == float("-inf"), float("inf"), b_lse * LOG2E)
+
+
+@triton.jit
+def _attn_bwd_delta_kernel(p_o, p_do, p_dlse, p_delta, p_cuq, stride_ob, stride_os, stride_oh,
+                           stride_dob, stride_dos, stride_doh, stride_lb, stride_lh, seqlen_q, n_heads,
+                           head_dim, IS_VARLEN: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """``Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] − dlse[b, h, i]`` in fp32; o, do ``[B, Sq, Hq, D]``
+    (varlen ``[Tq, Hq, D]``), dlse, Δ laid out like lse. Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``."""
+    i_m = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    len_q, o_off, row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_ob, stride_os, IS_VARLEN)
+    if i_m * BLOCK_M >= len_q:
+        return
+    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    m_m = o_m < len_q
+    m_t = tile_mask(m_m, o_d < head_dim, EVEN_D)
+    o_m64 = o_m[:, None].to(tl.int64)
+    b_o = tl.load(p_o + o_off + i_h.to(tl.int64) * stride_oh + o_m64 * stride_os + o_d[None, :], mask=m_t, other=0.0)
+    b_do = tl.load(p_do + do_off + i_h.to(tl.int64) * stride_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t,
+                   other=0.0)
+    b_delta = tl.sum(b_o.to(tl.float32) * b_do.to(tl.float32), axis=1)
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + row0 + o_m
+    if HAS_DLSE:
+        b_delta -= tl.load(p_dlse + o_l, mask=m_m, other=0.0)
+    tl.store(p_delta + o_l, b_delta, mask=m_m)
+
+
+@triton.jit
+def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, stride_qs, stride_dos, o_n, o_d, m_d,
+                lo, hi, len_q, off, left, right, qk_scale, softcap_log2,
+                MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+                EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Accumulate one query head's contribution over query blocks ``[lo, hi)`` into ``dK`` (unscaled) and
+    ``dV``, both ``[BLOCK_N, BLOCK_D]`` fp32. Works on transposed scores ``sᵀ [BLOCK_N, BLOCK_M]`` so
+    every product has the KV block (a multiple of 64 rows on Hopper) as its M dimension. Query rows past
+    ``len_q`` load as 0 with lse₂ = +inf (P = 0): only the band needs a mask (MASK)."""
+    o_mb = tl.arange(0, BLOCK_M)
+    for m in range(lo, hi, BLOCK_M):
+        o_m = m + o_mb
+        m_m = o_m < len_q
+        m_t = tile_mask(m_m, m_d, EVEN_D)
+        o_m64 = o_m[:, None].to(tl.int64)
+        b_q = tl.load(p_q + o_m64 * stride_qs + o_d[None, :], mask=m_t, other=0.0)
+        b_do = tl.load(p_do + o_m64 * stride_dos + o_d[None, :], mask=m_t, other=0.0)
+        b_lse2 = _load_lse2(p_l, o_m, m_m)
+        b_delta = tl.load(p_delta + o_m, mask=m_m, other=0.0)
+        b_st, b_t = scores(tl.dot(b_k, tl.trans(b_q), input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
+        b_pt = tl.exp2(b_st - b_lse2[None, :])
+        if MASK:
+            # visibility of key n to query m, transposed: the band rule of forward.band_mask with the
+            # roles swapped (query i at key position i + off sees keys [i + off − left, i + off + right])
+            m_s = band_mask(o_n, o_m, -off, len_q, right, left, HAS_RIGHT, HAS_LEFT, False)
+            b_pt = tl.where(m_s, b_pt, 0.0)
+        b_dv += tl.dot(b_pt.to(b_do.dtype), b_do, input_precision=DOT_PREC)
+        b_dpt = tl.dot(b_v, tl.trans(b_do), input_precision=DOT_PREC)
+        b_dst = b_pt * (b_dpt - b_delta[None, :])
+        if SOFTCAP:
+            b_dst = b_dst * (1.0 - b_t * b_t)
+        b_dk += tl.dot(b_dst.to(b_q.dtype), b_q, input_precision=DOT_PREC)
+    return b_dk, b_dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq, p_cuk,
+                          stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                          stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                          stride_dkb, stride_dks, stride_dkh, stride_lb, stride_lh,
+                          seqlen_q, seqlen_k, n_kv_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
+                          left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
+                          HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+                          DOT_PREC: tl.constexpr):
+    """``dV[b, j, g] = Σ_{h ∈ group g} Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK[b, j, g] = scale · Σ_h Σ_i
+    dS'[b,h,i,j] Q[b,i,h]``. Shapes as the forward's; dk, dv ``[B, Sk, Hkv, D]`` with the same strides.
+    Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hkv)``."""
+    i_n = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_kv_heads
+    i_hk = i_bh % n_kv_heads
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    n0 = i_n * BLOCK_N
+    if n0 >= len_k:
+        return
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    _, dk_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_dkb, stride_dks, IS_VARLEN)
+    off = len_k - len_q
+
+    o_n = n0 + tl.arange(0, BLOCK_N)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < head_dim
+    m_t = tile_mask(o_n < len_k, m_d, EVEN_D)
+    o_n64 = o_n[:, None].to(tl.int64)
+    b_k = tl.load(p_k + k_off + i_hk.to(tl.int64) * stride_kh + o_n64 * stride_ks + o_d[None, :], mask=m_t,
+                  other=0.0)
+    b_v = tl.load(p_v + v_off + i_hk.to(tl.int64) * stride_vh + o_n64 * stride_vs + o_d[None, :], mask=m_t,
+                  other=0.0)
+    b_dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    b_dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    # query i sees key j iff i + off − left ≤ j ≤ i + off + right, i.e. j − off − right ≤ i ≤ j − off + left
+    lo, a, b, hi = band(n0, BLOCK_N, BLOCK_M, -off, len_q, right, left, HAS_RIGHT, HAS_LEFT, False)
+    for i_g in range(0, group):
+        i_h = i_hk * group + i_g  # a tensor (the interpreter's range yields Python ints)
+        p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
+        p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
+        o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+        p_lh = p_lse + o_l
+        p_dh = p_delta + o_l
+        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                                 m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
+                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                                 m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2,
+                                 False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                                 m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
+                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    p_dkh = p_dk + dk_off + i_hk.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
+    # dk and dv share one layout (both allocated contiguous like k)
+    p_dvh = p_dv + dk_off + i_hk.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
+    tl.store(p_dkh, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
+    tl.store(p_dvh, b_dv.to(p_dv.dtype.element_ty), mask=m_t)
+
+
+@triton.jit
+def _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_k, p_v, stride_ks, stride_vs, o_i, o_d, m_d, lo, hi, len_k,
+              off, left, right, qk_scale, softcap_log2,
+              MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+              EVEN_D: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Accumulate ``dS' K`` (unscaled) over key blocks ``[lo, hi)`` into ``dQ [BLOCK_M, BLOCK_D]`` fp32.
+    MASK: the band and the ``len_k`` bound (keys past it would add ``P·Δ`` terms)."""
+    o_nb = tl.arange(0, BLOCK_N)
+    for n in range(lo, hi, BLOCK_N):
+        o_n = n + o_nb
+        m_t = tile_mask_t(o_n < len_k, m_d, EVEN_D)
+        o_n64 = o_n[None, :].to(tl.int64)
+        b_kt = tl.load(p_k + o_n64 * stride_ks + o_d[:, None], mask=m_t, other=0.0)
+        b_vt = tl.load(p_v + o_n64 * stride_vs + o_d[:, None], mask=m_t, other=0.0)
+        b_s, b_t = scores(tl.dot(b_q, b_kt, input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
+        b_p = tl.exp2(b_s - b_lse2[:, None])
+        if MASK:
+            m_s = band_mask(o_i, o_n, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
+            b_p = tl.where(m_s, b_p, 0.0)
+        b_dp = tl.dot(b_do, b_vt, input_precision=DOT_PREC)
+        b_ds = b_p * (b_dp - b_delta[:, None])
+        if SOFTCAP:
+            b_ds = b_ds * (1.0 - b_t * b_t)
+        b_dq += tl.dot(b_ds.to(b_kt.dtype), tl.trans(b_kt), input_precision=DOT_PREC)
+    return b_dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dq, p_cuq, p_cuk,
+                        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                        stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                        stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh,
+                        seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
+                        left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                        SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``dQ[b, i, h] = scale · Σ_j dS'[b,h,i,j] K[b, j, h // group]``; dq ``[B, Sq, Hq, D]``. Grid
+    ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``, blocks last-first (the longest causal rows first)."""
+    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    m0 = i_m * BLOCK_M
+    if m0 >= len_q:
+        return
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    _, dq_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dqb, stride_dqs, IS_VARLEN)
+    off = len_k - len_q
+
+    o_m = m0 + tl.arange(0, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    m_m = o_m < len_q
+    m_d = o_d < head_dim
+    m_t = tile_mask(m_m, m_d, EVEN_D)
+    o_m64 = o_m[:, None].to(tl.int64)
+    b_q = tl.load(p_q + q_off + i_h.to(tl.int64) * stride_qh + o_m64 * stride_qs + o_d[None, :], mask=m_t, other=0.0)
+    b_do = tl.load(p_do + do_off + i_h.to(tl.int64) * stride_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t,
+                   other=0.0)
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    b_lse2 = _load_lse2(p_lse + o_l, o_m, m_m)
+    b_delta = tl.load(p_delta + o_l + o_m, mask=m_m, other=0.0)
+    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
+    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
+    b_dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo, a, b, hi = band(m0, BLOCK_M, BLOCK_N, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
+    b_dq = _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d, lo, a,
+                     len_k, off, left, right, qk_scale, softcap_log2, True, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                     EVEN_D, BLOCK_N, DOT_PREC)
+    b_dq = _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d, a, b,
+                     len_k, off, left, right, qk_scale, softcap_log2, False, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                     EVEN_D, BLOCK_N, DOT_PREC)
+    b_dq = _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d, b, hi,
+                     len_k, off, left, right, qk_scale, softcap_log2, True, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                     EVEN_D, BLOCK_N, DOT_PREC)
+    tl.store(p_dq + dq_off + i_h.to(tl.int64) * stride_dqh + o_m64 * stride_dqs + o_d[None, :],
+             (b_dq * sm_scale).to(p_dq.dtype.element_ty), mask=m_t)
+
+
+# ------------------------------------------------------------------------------------------------ launcher
+
+
+@dataclass(frozen=True)
+class BwdPlan:
+    """Tiles of the backward: the dK/dV pass takes ``KV_N`` keys per program and ``KV_M`` query rows per
+    step; the dQ pass ``Q_M`` query rows per program and ``Q_N`` keys per step."""
+
+    KV_M: int
+    KV_N: int
+    Q_M: int
+    Q_N: int
+    BLOCK_D: int
+    num_warps: int
+    kv_stages: int
+    q_stages: int
+
+
+@cached_plan
+def bwd_plan(head_dim: int, grouped: bool, fp32: bool, capability: tuple[int, int] | None) -> BwdPlan:
+    """Interpreter: 16-wide tiles. GPU (sm_90 AOT figures): the dK/dV pass holds two fp32 ``[KV_N, D]``
+    accumulators (2·128·128·4 B over 256 threads = 128 registers at d 128), so KV_N 128 (the M side of
+    every product: two 64-row warpgroups) × KV_M 64 query rows a step, 8 warps, 2 stages: 252 registers,
+    0 spill at d 128 (201 at d 64). With GQA (``grouped``: the loop over the group's query heads around
+    the band loops) the same tiles spill 480 B; KV_M 16 with 2 stages fits every GQA check/bench case
+    (238–254 registers, 0 spill; 3 stages spilled 64 B on 1000-token causal cases; KV_M 32 spills 16–104
+    B). The dQ pass: Q_M 128 × Q_N 64, 8 warps, 2 stages (215 / 128 registers at d 128 / 64). d > 128:
+    dK/dV 64 × 16, dQ 64 × 32 (32-row dK/dV steps spill ~0.5 KiB).
+    fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
+    0 spill at d 128). None of it is measured yet."""
+    block_d = max(16, next_pow2(head_dim))
+    if capability is None and interpreter_active():
+        return BwdPlan(16, 16, 16, 16, block_d, 1, 1, 1)
+    if fp32:
+        return BwdPlan(16, 32, 32, 16, block_d, 4, 1, 1)
+    if block_d <= 128:
+        if grouped:
+            return BwdPlan(16, 128, 128, 64, block_d, 8, 2, 2)
+        return BwdPlan(64, 128, 128, 64, block_d, 8, 2, 2)
+    return BwdPlan(16, 64, 64, 32, block_d, 8, 2, 2)
+
+
+def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    return (0, *t.stride()[:2]) if varlen else t.stride()[:3]
+
+
+def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor | None,
+                  cu_k: torch.Tensor | None, max_q: int, max_k: int, scale: float, left: int, right: int,
+                  softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` for the forward of :func:`~kernelworks.ops.attention.forward.attention_fwd` (same
+    arguments); ``do`` like ``o`` (unit stride on D, any others), ``dlse`` like ``lse`` or None."""
+    varlen = cu_q is not None
+    if varlen:
+        batch, hq, d, hkv = cu_q.shape[0] - 1, q.shape[1], q.shape[2], k.shape[1]
+        sq, sk = max_q, max_k
+        ls = (0, lse.stride(0))
+    else:
+        batch, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        ls = (lse.stride(0), lse.stride(1))
+    if dlse is not None:
+        dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
+    plan = bwd_plan(d, hq != hkv, q.dtype == torch.float32, gpu_capability())
+    dq = empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = empty(v.shape, dtype=v.dtype, device=v.device)
+    delta = empty(lse.shape, dtype=torch.float32, device=q.device)
+    if softcap > 0:
+        qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
+    else:
+        qk_scale, softcap_log2 = scale * 1.4426950408889634, 0.0
+    dummy = cu_q if varlen else lse
+    cuq, cuk = (cu_q, cu_k) if varlen else (dummy, dummy)
+    qs, ks, vs = _strides4(q, varlen), _strides4(k, varlen), _strides4(v, varlen)
+    os_, dos, dqs, dks = _strides4(o, varlen), _strides4(do, varlen), _strides4(dq, varlen), _strides4(dk, varlen)
+    common = {"IS_VARLEN": varlen, "HAS_LEFT": left >= 0, "HAS_RIGHT": right >= 0, "SOFTCAP": softcap > 0,
+              "BLOCK_D": plan.BLOCK_D, "EVEN_D": d == plan.BLOCK_D, "DOT_PREC": dot_precision(q.dtype)}
+    if sq == 0 or sk == 0:
+        dq.zero_(), dk.zero_(), dv.zero_()
+        return dq, dk, dv
+    launch(_attn_bwd_delta_kernel, (cdiv(sq, 64 if plan.Q_M >= 64 else 16), batch * hq), o, do,
+           dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, sq, hq, d,
+           num_warps=4 if plan.num_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
+           BLOCK_M=64 if plan.Q_M >= 64 else 16, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
+    launch(_attn_bwd_dkdv_kernel, (cdiv(sk, plan.KV_N), batch * hkv), q, k, v, do, lse, delta, dk, dv, cuq, cuk,
+           *qs, *ks, *vs, *dos, *dks, *ls, sq, sk, hkv, hq // hkv, d, scale, qk_scale, softcap_log2, left, right,
+           num_warps=plan.num_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N, **common)
+    launch(_attn_bwd_dq_kernel, (cdiv(sq, plan.Q_M), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
+           *qs, *ks, *vs, *dos, *dqs, *ls, sq, sk, hq, hq // hkv, d, scale, qk_scale, softcap_log2, left, right,
+           num_warps=plan.num_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
+    return dq, dk, dv

@@ -1,0 +1,298 @@
+"""Flash attention forward: ``o = softmax(s) v`` with ``s = scale · q kᵀ`` (or its soft-capped form),
+online over key blocks, never materialising ``s``; the fp32 log-sum-exp of each row is saved for the
+backward.
+
+Per program: one block of ``BLOCK_M`` query rows of one (batch, query head). Scores live in the base-2
+domain: ``s₂ = s · log2(e)`` costs one multiply per score (``qk_scale = scale · log2 e`` folded), the running
+max ``m`` and the exponentials are base 2 (one ``MUFU.EX2`` each), and ``lse = (m + log2 l) · ln 2`` is
+stored in natural-log units. The key blocks a query block visits are split into three ranges
+(:func:`band`): the blocks left of the band's full part (a sliding window's edge: masked), the blocks every
+row sees in full (no mask work at all) and the blocks to the right (the causal diagonal, a window's right
+edge, the sequence's last partial block: masked). Blocks outside the band are never visited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelworks.ops._math import tanh
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.device import gpu_capability, interpreter_active
+from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+
+LN2 = tl.constexpr(0.6931471805599453)
+"""ln 2: ``log(x) == log2(x) · LN2``."""
+
+MAX_HEAD_DIM = 256
+"""Largest head dimension the kernels take (padded to a power of two ≥ 16 inside)."""
+
+
+# ------------------------------------------------------------------------------------------ device helpers
+# Shared with backward.py.
+
+
+@triton.jit
+def band(start, ROWS: tl.constexpr, COLS: tl.constexpr, shift, n_cols, lo_w, hi_w,
+         HAS_LO: tl.constexpr, HAS_HI: tl.constexpr, ALIGN_END: tl.constexpr):
+    """Column ranges ``(lo, a, b, hi)`` a block of rows ``[start, start + ROWS)`` visits, in steps of COLS.
+
+    Row ``r`` sees columns ``c`` with ``r + shift − lo_w ≤ c ≤ r + shift + hi_w`` (a bound absent when its
+    HAS_ flag is off) and ``c < n_cols``. ``[lo, a)`` and ``[b, hi)`` need masks; every row sees every
+    column of ``[a, b)`` (``b`` aligned down to COLS unless the bound is ``n_cols`` and not ALIGN_END: the
+    caller masks the tail by other means). ``lo``, ``a``, ``b`` are multiples of COLS unless clamped to
+    ``hi``. Integer division only of non-negative values (Triton's ``//`` truncates toward 0).
+    """
+    first = start + shift
+    last = start + ROWS - 1 + shift
+    lo = 0
+    full_lo = 0
+    hi = n_cols
+    if HAS_LO:
+        lo = tl.maximum(first - lo_w, 0) // COLS * COLS
+        full_lo = (tl.maximum(last - lo_w, 0) + COLS - 1) // COLS * COLS
+    if HAS_HI:
+        hi = tl.minimum(n_cols, tl.maximum(last + hi_w + 1, 0))
+    full_hi = n_cols // COLS * COLS if ALIGN_END else n_cols
+    if HAS_HI:
+        full_hi = tl.minimum(full_hi, tl.maximum(first + hi_w + 1, 0) // COLS * COLS)
+    a = tl.maximum(lo, tl.minimum(full_lo, hi))
+    b = tl.maximum(a, tl.minimum(full_hi, hi))
+    return lo, a, b, hi
+
+
+@triton.jit
+def band_mask(o_r, o_c, shift, n_cols, lo_w, hi_w, HAS_LO: tl.constexpr, HAS_HI: tl.constexpr,
+              CHECK_END: tl.constexpr):
+    """``[R, C]`` boolean: column ``o_c[j]`` is visible to row ``o_r[i]`` (the rule of :func:`band`)."""
+    m = o_c[None, :] >= 0
+    if CHECK_END:
+        m = m & (o_c[None, :] < n_cols)
+    if HAS_LO:
+        m = m & (o_c[None, :] >= o_r[:, None] + shift - lo_w)
+    if HAS_HI:
+        m = m & (o_c[None, :] <= o_r[:, None] + shift + hi_w)
+    return m
+
+
+@triton.jit
+def tile_mask(m_rows, m_d, EVEN_D: tl.constexpr):
+    """``[R, D]`` load/store mask from a row mask and a head-dim mask. With EVEN_D (head_dim is the block's
+    width) the mask is ``[R, 1]``: constant along the contiguous head dim, so accesses stay 16-byte
+    vectors (a runtime bound on D would split them into 4-byte ones)."""
+    # a constexpr condition: one side is compiled, so the two shapes never meet
+    return m_rows[:, None] if EVEN_D else m_rows[:, None] & m_d[None, :]
+
+
+@triton.jit
+def tile_mask_t(m_cols, m_d, EVEN_D: tl.constexpr):
+    """:func:`tile_mask` for a transposed ``[D, C]`` tile (``kᵀ``): ``[1, C]`` with EVEN_D."""
+    return m_cols[None, :] if EVEN_D else m_d[:, None] & m_cols[None, :]
+
+
+@triton.jit
+def scores(b_s, qk_scale, softcap_log2, SOFTCAP: tl.constexpr):
+    """Raw ``q·k`` → base-2 logits ``s₂``: ``qk · scale·log2 e``, or with a softcap
+    ``softcap·log2 e · tanh(qk · scale / softcap)`` (``qk_scale`` is then ``scale / softcap``). Also returns
+    the tanh (the backward's derivative ``1 − t²``; 0 without a softcap)."""
+    if SOFTCAP:
+        b_t = tanh(b_s * qk_scale)
+        return b_t * softcap_log2, b_t
+    return b_s * qk_scale, b_s * 0.0
+
+
+@triton.jit
+def seq_bounds(p_cu, i_b, seqlen, stride_b, stride_s, IS_VARLEN: tl.constexpr):
+    """``(length, int64 element offset of the sequence's first token, its first row index)`` of batch
+    entry ``i_b``: from ``cu_seqlens`` (varlen, packed tokens) or the fixed length and the batch stride."""
+    if IS_VARLEN:
+        start = tl.load(p_cu + i_b)
+        length = tl.load(p_cu + i_b + 1) - start
+        return length, start.to(tl.int64) * stride_s, start
+    return seqlen + 0 * i_b, i_b.to(tl.int64) * stride_b, 0 * i_b
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+
+@triton.jit
+def _fwd_inner(b_acc, b_m, b_l, b_q, p_k, p_v, stride_ks, stride_vs, o_i, o_d, m_d, lo, hi, len_k, off,
+               left, right, qk_scale, softcap_log2,
+               MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+               EVEN_D: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Online softmax over key blocks ``[lo, hi)``: ``m`` running max (base 2), ``l`` running sum,
+    ``acc`` unnormalised output. MASK: apply the band and the ``len_k`` bound (the ranges :func:`band`
+    marks), else no mask work at all (the loads skip the row bound too: those blocks are in range)."""
+    o_nb = tl.arange(0, BLOCK_N)
+    for n in range(lo, hi, BLOCK_N):
+        o_n = n + o_nb
+        p_kt = p_k + o_n[None, :].to(tl.int64) * stride_ks + o_d[:, None]
+        p_vn = p_v + o_n[:, None].to(tl.int64) * stride_vs + o_d[None, :]
+        if MASK:
+            m_n = o_n < len_k
+            b_kt = tl.load(p_kt, mask=tile_mask_t(m_n, m_d, EVEN_D), other=0.0)
+            b_v = tl.load(p_vn, mask=tile_mask(m_n, m_d, EVEN_D), other=0.0)
+        elif EVEN_D:
+            b_kt = tl.load(p_kt)  # noqa: KW001 - an unmasked block: every key < len_k, every d < head_dim
+            b_v = tl.load(p_vn)  # noqa: KW001 - as above
+        else:
+            b_kt = tl.load(p_kt, mask=m_d[:, None], other=0.0)
+            b_v = tl.load(p_vn, mask=m_d[None, :], other=0.0)
+        b_s, _ = scores(tl.dot(b_q, b_kt, input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
+        if MASK:
+            m_s = band_mask(o_i, o_n, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
+            b_s = tl.where(m_s, b_s, float("-inf"))
+        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+        # masked blocks: a row that has seen no key yet keeps max -inf, and exp2(-inf - -inf) would be NaN
+        b_m_use = tl.where(b_m_new == float("-inf"), 0.0, b_m_new) if MASK else b_m_new
+        b_p = tl.exp2(b_s - b_m_use[:, None])
+        b_alpha = tl.exp2(b_m - b_m_use)
+        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=DOT_PREC)
+        b_m = b_m_new
+    return b_acc, b_m, b_l
+
+
+@triton.jit
+def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
+                     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                     stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                     seqlen_q, seqlen_k, n_heads, group, head_dim, qk_scale, softcap_log2, left, right,
+                     IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                     SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``o[b, i, h] = Σ_j softmax_j(s[b, h, i, j]) · v[b, j, h // group]``, ``lse[b, h, i] = log Σ_j e^s``.
+
+    q, o ``[B, Sq, Hq, D]``, k, v ``[B, Sk, Hkv, D]`` (unit stride on D, any other strides; varlen: B = 1
+    and rows located through ``cu_seqlens``), lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, total_q]``,
+    ``stride_lb`` 0). Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``; blocks taken last-first so the
+    longest causal rows start first.
+    """
+    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    m0 = i_m * BLOCK_M
+    if m0 >= len_q:  # varlen: this sequence is shorter than the longest
+        return
+    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, o_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_ob, stride_os, IS_VARLEN)
+    off = len_k - len_q  # bottom-right alignment: query i sits at key position i + off
+
+    o_m = m0 + tl.arange(0, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    m_m = o_m < len_q
+    m_d = o_d < head_dim
+    p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
+    b_q = tl.load(p_qh + o_m[:, None].to(tl.int64) * stride_qs + o_d[None, :], mask=tile_mask(m_m, m_d, EVEN_D),
+                  other=0.0)
+    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
+    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
+
+    b_m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    b_l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    b_acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo, a, b, hi = band(m0, BLOCK_M, BLOCK_N, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
+    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                 lo, a, len_k, off, left, right, qk_scale, softcap_log2,
+                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                 a, b, len_k, off, left, right, qk_scale, softcap_log2,
+                                 False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                 b, hi, len_k, off, left, right, qk_scale, softcap_log2,
+                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+
+    # rows that saw no key (a window or causal mask with Sq > Sk): o = 0, lse = -inf
+    m_seen = b_l > 0.0
+    b_o = b_acc / tl.where(m_seen, b_l, 1.0)[:, None]
+    b_lse = tl.where(m_seen, (b_m + tl.log2(tl.where(m_seen, b_l, 1.0))) * LN2, float("-inf"))
+    p_oh = p_o + o_off + i_h.to(tl.int64) * stride_oh
+    tl.store(p_oh + o_m[:, None].to(tl.int64) * stride_os + o_d[None, :], b_o.to(p_o.dtype.element_ty),
+             mask=tile_mask(m_m, m_d, EVEN_D))
+    p_lh = p_lse + i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    tl.store(p_lh + o_m, b_lse, mask=m_m)
+
+
+# ------------------------------------------------------------------------------------------------ launcher
+
+
+@dataclass(frozen=True)
+class FwdPlan:
+    """Tiles of the forward: BLOCK_M query rows × BLOCK_N keys per step, BLOCK_D the padded head dim."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_D: int
+    num_warps: int
+    num_stages: int
+
+
+@cached_plan
+def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> FwdPlan:
+    """Tiles per head dim. Interpreter: 16×16 (tiny CPU cases still take several blocks, masked tails
+    and the three loop ranges). Hopper: BLOCK_M 128 × BLOCK_N 64 (wgmma M is 64 rows a warpgroup). d 128:
+    8 warps, 3 stages — 180 registers, 128 KiB shared, no spills (sm_90 AOT). d ≤ 64: 4 warps, 3 stages —
+    229 registers, 64 KiB, two CTAs an SM (128×128 with 4 warps spilled 48 B; with 8 warps it fits at one
+    CTA an SM). d 256: 64×64, 8 warps, 2 stages (254 registers, no spills; 4 warps spilled 88 B).
+    fp32 inputs (exact products on FMA units, no tensor cores): 32×32, 8 warps, 1 stage (the 16-bit tiles
+    spill 10 KiB there). Nothing here is measured yet (docs/notes/attention.md)."""
+    block_d = max(16, next_pow2(head_dim))
+    if capability is None and interpreter_active():
+        return FwdPlan(16, 16, block_d, 1, 1)
+    if fp32:
+        return FwdPlan(32, 32, block_d, 8, 1)
+    if block_d <= 64:
+        return FwdPlan(128, 64, block_d, 4, 3)
+    if block_d <= 128:
+        return FwdPlan(128, 64, block_d, 8, 3)
+    return FwdPlan(64, 64, block_d, 8, 2)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs: exact ("ieee") products, as an fp32 attention promises; 16-bit inputs ignore it."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor | None,
+                  cu_k: torch.Tensor | None, max_q: int, max_k: int, scale: float, left: int, right: int,
+                  softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(o, lse)``: q ``[B, Sq, Hq, D]`` (varlen ``[Tq, Hq, D]``), k/v ``[B, Sk, Hkv, D]`` (``[Tk, Hkv,
+    D]``), unit stride on D; o contiguous like q, lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, Tq]``).
+    ``softcap`` 0 means none; ``left``/``right`` -1 mean unbounded."""
+    varlen = cu_q is not None
+    if varlen:
+        batch, (tq, hq, d), hkv = cu_q.shape[0] - 1, q.shape, k.shape[1]
+        o = empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = empty((hq, tq), dtype=torch.float32, device=q.device)
+        sq, sk = max_q, max_k
+        qs, ks, vs, os_ = (0, *q.stride()), (0, *k.stride()), (0, *v.stride()), (0, *o.stride())
+        ls = (0, lse.stride(0))
+    else:
+        batch, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        o = empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = empty((batch, hq, sq), dtype=torch.float32, device=q.device)
+        qs, ks, vs, os_ = q.stride(), k.stride(), v.stride(), o.stride()
+        ls = (lse.stride(0), lse.stride(1))
+    plan = fwd_plan(d, q.dtype == torch.float32, gpu_capability())
+    if softcap > 0:
+        qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
+    else:
+        qk_scale, softcap_log2 = scale * 1.4426950408889634, 0.0
+    dummy = cu_q if varlen else lse  # never read when not varlen
+    grid = (cdiv(sq, plan.BLOCK_M), batch * hq)
+    if grid[0] > 0:
+        launch(_attn_fwd_kernel, grid, q, k, v, o, lse, dummy, cu_k if varlen else dummy,
+               qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1], os_[2], ls[0], ls[1],
+               sq, sk, hq, hq // hkv, d, qk_scale, softcap_log2, left, right,
+               num_warps=plan.num_warps, num_stages=plan.num_stages, IS_VARLEN=varlen, HAS_LEFT=left >= 0,
+               HAS_RIGHT=right >= 0, SOFTCAP=softcap > 0, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
+               BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D, DOT_PREC=dot_precision(q.dtype))
+    return o, lse
