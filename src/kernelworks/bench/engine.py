@@ -7,6 +7,7 @@ spec's tolerance rule, so a fast wrong answer is recorded as wrong, not as fast.
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -146,9 +147,17 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
         torch.manual_seed(0)
         inputs = spec.inputs(case, torch.device("cuda"))
         ref = base = ()
+        checked = verify
         if verify:
-            ref = as_outputs(spec.reference(**upcast(inputs, torch.float32)))
-            base = as_outputs(spec.reference(**inputs))
+            try:
+                ref = as_outputs(spec.reference(**upcast(inputs, torch.float32)))
+                base = as_outputs(spec.reference(**inputs))
+            except torch.OutOfMemoryError:  # e.g. attention's materialised scores at 16k tokens
+                ref = base = ()
+                checked = False
+                torch.cuda.empty_cache()
+                warnings.warn(f"{spec.name} {case.id}: the reference does not fit in device memory; outputs "
+                              "are timed unverified (rel_l2_err stays empty)", stacklevel=1)
         for mode in modes:
             cost = step_cost(spec, case, mode)
             for name in names:
@@ -158,7 +167,7 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
                     records.append(_record(spec, case, mode, name, f"skipped: {why or 'no backward'}"))
                 else:
                     records.append(_bench_one(spec, case, mode, prov.fn, inputs, ref, base, cost, ceil,
-                                              verify=verify, cuda_graph=cuda_graph, warmup_ms=warmup_ms,
+                                              verify=checked, cuda_graph=cuda_graph, warmup_ms=warmup_ms,
                                               rep_ms=rep_ms, name=name))
                 if bar is not None:
                     bar.update(1)
