@@ -11,12 +11,12 @@ from kernelworks.check.compare import compare
 from kernelworks.inspect import inspect_op
 from kernelworks.ops.gemm import FP8_MATMUL_SPEC, GROUPED_MATMUL_SPEC, MATMUL_SPEC, reference
 from kernelworks.ops.gemm.api import matmul
-from kernelworks.ops.gemm.forward import matmul_plan
+from kernelworks.ops.gemm.forward import Plan, forced_plan, matmul_plan
 from kernelworks.ops.gemm.fp8 import fp8_matmul
 from kernelworks.ops.gemm.grouped import grouped_matmul
 from kernelworks.ops.gemm.spec import expert_sizes
 from kernelworks.runtime.alloc import poison_outputs
-from kernelworks.runtime.device import default_device
+from kernelworks.runtime.device import default_device, planning_for_gpu
 from kernelworks.spec import case, default_tolerance
 
 DEVICE = default_device()
@@ -182,6 +182,50 @@ def test_hopper_path_compiles_for_sm90(name):
     assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
     assert r.grid == (132, 1, 1)
     assert r.shared_bytes <= 227 * 1024
+
+
+def test_plan_takes_the_tile_with_fewer_rounds():
+    """Wave quantisation: 8B qkv M=1024 (N 6144) is 192 tiles of 128×256 (2 rounds on 132 SMs, the second
+    half empty) or 384 of 128×128 (3 rounds of half the work) → 128×128; 8B o M=1024 (N 4096): 128 tiles of
+    128×256 in one round → 128×256; 8B qkv M=256: 96 tiles of 128×128 in one round, not 64×128 tiles."""
+    with planning_for_gpu((9, 0)):
+        qkv = matmul_plan(1024, 6144, 4096, 1, 2, False, True, 132)
+        o = matmul_plan(1024, 4096, 4096, 1, 2, False, True, 132)
+        small = matmul_plan(256, 6144, 4096, 1, 2, False, True, 132)
+        square = matmul_plan(8192, 8192, 8192, 1, 2, False, True, 132)
+    assert (qkv.BLOCK_M, qkv.BLOCK_N) == (128, 128)
+    assert (o.BLOCK_M, o.BLOCK_N) == (128, 256)
+    assert (small.BLOCK_M, small.BLOCK_N) == (128, 128)
+    assert (square.BLOCK_M, square.BLOCK_N, square.num_stages) == (128, 256, 3)
+
+
+def test_forced_plan_overrides_the_default():
+    """``forced_plan`` (the config sweep's hook): another tiling and split-K give the same product; a TMA
+    plan where the Hopper kernel cannot run (the interpreter) is refused, naming the plan."""
+    torch.manual_seed(11)
+    a, b = _rand(20, 160, dtype=F16), _rand(160, 40, dtype=F16, scale=160 ** -0.5)
+    with forced_plan(Plan(False, 16, 16, 32, 4, 1, SPLIT_K=4)):
+        out = matmul(a, b)
+    _check(out, {"a": a, "b": b}, F16)
+    with forced_plan(Plan(True, 64, 64, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
+        matmul(a, b)
+
+
+def test_fp8_block_scales_cost_one_fma_per_element_per_k_block():
+    """Block scales fold into the accumulator with one FFMA per element per 128-K block (the scale is
+    ``sa[row]·sb`` with ``sb`` one scalar per 128-column tile), and the second fp32 tile fits: 128×128
+    tiles at 8 warps hold 64 elements per thread → 64 FFMA in the (single-copy) K loop."""
+    (r,) = inspect_op(FP8_MATMUL_SPEC, "8192-block", "sm_90")
+    assert r.constexprs["BLOCK_M"] * r.constexprs["BLOCK_N"] == 128 * 128 and r.num_warps == 8
+    assert r.mix.count("FFMA") == 64
+    assert r.spill_bytes == 0 and r.registers <= 200
+
+
+def test_fp8_fast_accumulation_allows_128x256_tiles():
+    """Without promotion every K block (``Plan.FAST_ACCUM``) no second fp32 tile is live: 128×256×128 fits."""
+    (r,) = inspect_op(FP8_MATMUL_SPEC, "8192-tensor", "sm_90",
+                      config={"BLOCK_N": 256, "num_stages": 3, "MAX_IMPRECISE": None})
+    assert r.spill_bytes == 0 and r.mix.count("QGMMA") > 0
 
 
 def test_backward_compiles_for_sm90():
@@ -364,5 +408,56 @@ def test_expert_sizes_are_skewed_and_exact():
 
 @pytest.mark.parametrize("name", ["mixtral-e8-16k", "finegrained-e64-2k"])
 def test_grouped_compiles_for_sm90(name):
+    """K-major expert weights on sm_90 take the persistent TMA kernel: wgmma, no spills, one program per SM."""
     (r,) = inspect_op(GROUPED_MATMUL_SPEC, name, "sm_90")
+    assert r.name == "_grouped_tma_kernel" and r.grid == (132, 1, 1)
     assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+    assert r.shared_bytes <= 227 * 1024
+
+
+def test_grouped_warp_specialized_config_compiles():
+    (r,) = inspect_op(GROUPED_MATMUL_SPEC, "mixtral-e8-16k", "sm_90",
+                      config={"FLATTEN": False, "WARP_SPECIALIZE": True})
+    assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+
+
+@pytest.mark.parametrize("b_t", [True, False], ids=["b_t", "b_row"])
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "fp16"])
+def test_grouped_tma_kernel_under_interpreter(b_t, dtype):
+    """The TMA grouped kernel, forced (the interpreter runs device descriptors): empty experts, a group
+    shorter than a tile, N not a multiple of BLOCK_N (the tail tile reads the next expert's rows)."""
+    torch.manual_seed(10)
+    sizes = [5, 0, 40, 19]
+    a = _rand(sum(sizes), 64, dtype=dtype)
+    b = _rand(4, 40, 64, dtype=dtype, scale=0.125).transpose(1, 2) if b_t else _rand(4, 64, 40, dtype=dtype)
+    t = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    with poison_outputs(), forced_plan(Plan(True, 16, 32, 32, 4, 1)):
+        out = grouped_matmul(a, b, t)
+    c = compare("out", out, reference.grouped_matmul(a.double(), b.double(), t), reference.grouped_matmul(a, b, t),
+                default_tolerance(dtype), expected_dtype=dtype)
+    assert c.passed, c
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_t", [True, False], ids=["b_t", "b_row"])
+def test_gpu_grouped_tma_path(b_t):
+    """bf16 on the Hopper TMA kernel (default plan): skewed groups with empty experts, N = 1000 (a tail
+    tile), both weight layouts; within 2× the error of the torch loop."""
+    torch.manual_seed(12)
+    sizes = expert_sizes(3000, 8, "zipf")
+    a = _rand(3000, 512, dtype=BF16)
+    b = _rand(8, 1000, 512, dtype=BF16, scale=512 ** -0.5).transpose(1, 2)
+    if not b_t:
+        b = b.contiguous()
+    t = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    with poison_outputs():
+        out = grouped_matmul(a, b, t)
+    c = compare("out", out, reference.grouped_matmul(a.double(), b.double(), t), reference.grouped_matmul(a, b, t),
+                default_tolerance(BF16), expected_dtype=BF16)
+    assert c.passed, c
+
+
+def test_grouped_tma_plan_refuses_unreadable_operands():
+    a, b = _grouped_inputs([3, 5], 36, 24)  # row-major view of K-major storage is fine; a sliced A is not
+    with forced_plan(Plan(True, 16, 32, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
+        grouped_matmul(a[:, 1:33], b[:, 1:33], [3, 5])

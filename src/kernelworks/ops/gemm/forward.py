@@ -8,12 +8,19 @@ Paths (:func:`matmul_plan`):
 * ``tiled`` — the pointer kernel (``tiled.py``) everywhere else: the interpreter, Ampere, batched products,
   odd layouts, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs.
 
-The defaults below are starting points from the published Hopper recipes (PERF.md: 128×256×64 tiles,
-8 warps, 3–4 stages, grouped order) — not yet measured here; the spec's ``configs`` is the tuner's space.
+The launcher decides whether the operands are TMA-readable; the plan decides whether to use it (so a forced
+plan, :func:`forced_plan`, may put decode shapes on the Hopper kernel).
+
+The defaults below start from the published Hopper recipes (PERF.md: 128×256×64 tiles, 8 warps, 3–4
+stages, grouped order) with a wave-quantisation rule from the first H200 run (docs/notes/gemm.md);
+``benchmarks/sweeps/matmul_configs.py`` measures the alternatives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +52,27 @@ class Plan:
     SPLIT_K: int = 1
     EPI_SPLIT: int = 1
     GROUP_M: int = GROUP_M
+    FLATTEN: bool = True
+    WARP_SPECIALIZE: bool = False
+    FAST_ACCUM: bool = False
+    """fp8 per-tensor/row: let wgmma accumulate the whole K chain without promotion to fp32 every BLOCK_K
+    (``torch._scaled_mm(use_fast_accum=True)``): no second fp32 tile, so 128×256 tiles fit, at the cost of
+    fp8 wgmma's reduced-precision accumulation over long K."""
+
+
+_FORCED_PLAN: ContextVar[Plan | None] = ContextVar("kernelworks_gemm_forced_plan", default=None)
+
+
+@contextmanager
+def forced_plan(plan: Plan) -> Iterator[None]:
+    """Within the block, every ``matmul``/``fp8_matmul`` launch uses ``plan`` instead of
+    :func:`matmul_plan`'s choice (config sweeps and tests; ``SPLIT_K`` is still rounded to whole K blocks).
+    A ``tma`` plan for operands the Hopper kernel cannot read raises ``ValueError``."""
+    token = _FORCED_PLAN.set(plan)
+    try:
+        yield
+    finally:
+        _FORCED_PLAN.reset(token)
 
 
 @cached_plan
@@ -76,11 +104,19 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
             return Plan(True, 128, 128, 32, 8, 3, EPI_SPLIT=2)
         if gated:  # two accumulators (gate and up): 128×128 each is the register budget of one 128×256
             return Plan(True, 128, 128, 64, 8, 3, EPI_SPLIT=2)
-        if cdiv(m, 128) * cdiv(n, 256) >= n_sms:
+        if m <= 128:  # a 128-row tile would be mostly padding
+            return Plan(True, 64, 128, 64, 4, 4)
+        # Wave quantisation: the persistent grid runs ⌈tiles / SMs⌉ rounds of one tile per SM, so the time
+        # goes as rounds × tile area. Take the tile with the smaller product, the bigger tile on a tie (it
+        # is the more efficient per flop). First H200 run: 128×256 at 192 tiles (2 rounds, 60 SMs idle in
+        # the second) ran 8B qkv M=1024 at 0.74× cuBLAS; 128×128 does it in 3 full-ish rounds of half the
+        # work (predicted ~85 µs vs 96); 64×128 tiles (old M ≤ 256 rule) ran at about half the per-SM rate
+        # of 128×128 (8B qkv M=256: 0.50× cuBLAS), so they are no longer chosen here.
+        cost_256 = cdiv(cdiv(m, 128) * cdiv(n, 256), n_sms) * 2
+        cost_128 = cdiv(cdiv(m, 128) * cdiv(n, 128), n_sms)
+        if cost_256 <= cost_128:
             return Plan(True, 128, 256, 64, 8, 3, EPI_SPLIT=2)
-        if cdiv(m, 128) * cdiv(n, 128) >= n_sms or m > 256:
-            return Plan(True, 128, 128, 64, 8, 4, EPI_SPLIT=2)
-        return Plan(True, 64, 128, 64, 4, 4)  # few tiles (M ≤ 256): smaller ones to fill the SMs
+        return Plan(True, 128, 128, 64, 8, 4, EPI_SPLIT=2)
     if fp32:
         return Plan(False, 128, 64, 32, 4, 3)
     return Plan(False, 128, 64 if gated else 128, 32, 8, 4)
@@ -176,17 +212,20 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
 
     n_sms = sm_count(a.device.index or 0) if a.is_cuda else sm_count()
     tma_ops = None
-    if n_batch == 1 and k > 0 and m2 > DECODE_M and tma_available() and (n * out.element_size()) % 16 == 0:
+    if n_batch == 1 and k > 0 and tma_available() and (n * out.element_size()) % 16 == 0:
         ta, tb = _tma_operand(a3[0]), _tma_operand(b3[0])
         tma_ops = (ta, tb) if ta is not None and tb is not None else None
     mode_a, mode_b = scale_modes
-    plan = matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None, n_sms, mode_a == 3)
+    plan = _FORCED_PLAN.get() or matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
+                                             n_sms, mode_a == 3)
+    if plan.tma and tma_ops is None:
+        raise ValueError("plan: the Hopper (TMA) kernel cannot read these operands (layout, alignment, batch)")
     sa_arg = scale_a if scale_a is not None else out
     sb_arg = scale_b if scale_b is not None else out
     scale_strides = (*_scale_args(scale_a, mode_a), *_scale_args(scale_b, mode_b))
     fp8 = a.element_size() == 1
     scale_kw = {"SCALE_A": mode_a, "SCALE_B": mode_b,
-                "MAX_IMPRECISE": plan.BLOCK_K if fp8 and mode_a != 3 else None}
+                "MAX_IMPRECISE": plan.BLOCK_K if fp8 and mode_a != 3 and not plan.FAST_ACCUM else None}
     bias_arg = bias if bias is not None else out
     s_bias = bias.stride(0) if bias is not None else 0
     res_arg = r3 if r3 is not None else c3
@@ -203,8 +242,8 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
                num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
                ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, A_T=a_t, B_T=b_t,
                PRECISION=precision, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
-               GROUP_M=plan.GROUP_M, NUM_SMS=n_sms, EPI_SPLIT=plan.EPI_SPLIT, FLATTEN=True,
-               WARP_SPECIALIZE=False)
+               GROUP_M=plan.GROUP_M, NUM_SMS=n_sms, EPI_SPLIT=plan.EPI_SPLIT, FLATTEN=plan.FLATTEN,
+               WARP_SPECIALIZE=plan.WARP_SPECIALIZE)
         return out
 
     split = plan.SPLIT_K

@@ -5,10 +5,13 @@ The kernels take the scales as constexpr modes (``tiled.scaled_dot`` / ``tiled.a
 * per tensor / per row of A / per column of B — constant over K, so the fp32 accumulator is scaled once,
   after the K loop (before split-K partials are summed: scaling is linear);
 * blocks (1×128 for A, 128×128 for B, the DeepSeek-V3 scheme) — each 128-wide K block's product is formed
-  on its own and added times ``sa[m, kb]·sb[n/128, kb]``. This is also the two-level accumulation that keeps
-  Hopper's fp8 wgmma (reduced-precision accumulation inside one instruction chain) accurate over long K;
-  the per-tensor/row modes get the same by promoting every K block (``max_num_imprecise_acc = BLOCK_K``),
-  like ``torch._scaled_mm``'s default (``use_fast_accum=False``).
+  on its own and folded in with one FMA per element, ``acc = p·(sa[m, kb]·sb[n/128, kb]) + acc`` (``sb`` one
+  scalar per tile when BLOCK_N ≤ 128). ``scale_a`` is read by strides: a column-major ``[M, K/128]``
+  (``sa.t().contiguous().t()``) makes the per-block column load coalesced. This is also the two-level
+  accumulation that keeps Hopper's fp8 wgmma (reduced-precision accumulation inside one instruction
+  chain) accurate over long K; the per-tensor/row modes get the same by promoting every K block
+  (``max_num_imprecise_acc = BLOCK_K``), like ``torch._scaled_mm``'s default (``use_fast_accum=False``),
+  unless the plan sets ``FAST_ACCUM``.
 
 Forward-only (a ``torch.library`` custom op with a fake implementation).
 """

@@ -77,12 +77,12 @@ def _matmul_tma_kernel(
             o_k = i_k * BLOCK_K
             b_a = d_a.load([o_k, o_am]).T if A_T else d_a.load([o_am, o_k])
             b_b = d_b.load([o_bn, o_k]).T if B_T else d_b.load([o_k, o_bn])
-            acc = scaled_dot(acc, b_a, b_b, o_k, o_m, m_m, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb, s_sb_k,
-                             SCALE_A, PRECISION, MAX_IMPRECISE)
-            if ACT == "swiglu":
+            acc = scaled_dot(acc, b_a, b_b, o_k, o_m, m_m, o_bn, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb,
+                             s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE, BLOCK_N <= 128)
+            if ACT == "swiglu":  # up tile at column N + o_bn: not 128-aligned unless N is, so per column
                 b_u = d_b.load([N + o_bn, o_k]).T if B_T else d_b.load([o_k, N + o_bn])
-                acc_up = scaled_dot(acc_up, b_a, b_u, o_k, o_m, m_m, N + o_n, m_n, p_sa, p_sb, s_sa, s_sa_k,
-                                    s_sb, s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE)
+                acc_up = scaled_dot(acc_up, b_a, b_u, o_k, o_m, m_m, N + o_bn, N + o_n, m_n, p_sa, p_sb, s_sa,
+                                    s_sa_k, s_sb, s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE, False)
 
         i_tc += NUM_SMS
         i_m, i_n = grouped_tile(i_tc, M, N, BLOCK_M, BLOCK_N, GROUP_M)

@@ -68,18 +68,28 @@ def epilogue(acc, acc_up, o_n, m_n, p_bias, s_bias, N, alpha, ACT: tl.constexpr,
 
 
 @triton.jit
-def scaled_dot(acc, b_a, b_b, k, o_m, m_m, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb, s_sb_k,
-               SCALE_A: tl.constexpr, PRECISION: tl.constexpr, MAX_IMPRECISE: tl.constexpr):
+def scaled_dot(acc, b_a, b_b, k, o_m, m_m, o_bn, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb, s_sb_k,
+               SCALE_A: tl.constexpr, PRECISION: tl.constexpr, MAX_IMPRECISE: tl.constexpr,
+               SB_UNIFORM: tl.constexpr):
     """``acc + A_blk @ B_blk`` for the K block starting at ``k``. Block scales (``SCALE_A == 3``, fp8):
     the block's product is formed on its own (fp32, so fp8 wgmma's reduced-precision accumulation never
-    spans more than one block) and added scaled, ``· sa[o_m, k/128] · sb[o_n/128, k/128]`` — which needs
-    ``BLOCK_K`` to divide 128. Otherwise a plain accumulating dot (``MAX_IMPRECISE``: fp8 promotion
-    interval, None for 16/32-bit inputs)."""
+    spans more than one block) and folded in with ONE fma per element, ``acc = p · s + acc`` with
+    ``s = sa[o_m, k/128] · sb[o_n/128, k/128]`` — which needs ``BLOCK_K`` to divide 128.
+    ``SB_UNIFORM``: the tile's columns ``o_bn … o_bn + BLOCK_N`` lie in one 128-column scale block
+    (``BLOCK_N ≤ 128``, tile start aligned), so ``sb`` is one scalar load and ``s`` a per-row vector
+    (``BLOCK_M`` products per thread-row, not per element); else ``s`` is the outer product (one more
+    multiply per element). Otherwise a plain accumulating dot (``MAX_IMPRECISE``: fp8 promotion interval,
+    None for 16/32-bit inputs)."""
     if SCALE_A == 3:
         i_kb = k // 128
         b_sa = tl.load(p_sa + o_m * s_sa + i_kb * s_sa_k, mask=m_m, other=0.0)
-        b_sb = tl.load(p_sb + (o_n // 128) * s_sb + i_kb * s_sb_k, mask=m_n, other=0.0)
-        acc += tl.dot(b_a, b_b, input_precision=PRECISION) * b_sa[:, None] * b_sb[None, :]
+        b_p = tl.dot(b_a, b_b, input_precision=PRECISION)
+        if SB_UNIFORM:
+            b_s = b_sa * tl.load(p_sb + (o_bn // 128) * s_sb + i_kb * s_sb_k)
+            acc = tl.fma(b_p, tl.broadcast_to(b_s[:, None], b_p.shape), acc)
+        else:
+            b_sb = tl.load(p_sb + (o_n // 128) * s_sb + i_kb * s_sb_k, mask=m_n, other=0.0)
+            acc = tl.fma(b_p, b_sa[:, None] * b_sb[None, :], acc)
     else:
         acc = tl.dot(b_a, b_b, acc, input_precision=PRECISION, max_num_imprecise_acc=MAX_IMPRECISE)
     return acc
@@ -160,12 +170,12 @@ def _matmul_kernel(
         m_k = (k + o_k) < k_hi
         b_a = tl.load(p_a_k, mask=m_m[:, None] & m_k[None, :], other=0.0)
         b_b = tl.load(p_b_k, mask=m_k[:, None] & m_n[None, :], other=0.0)
-        acc = scaled_dot(acc, b_a, b_b, k, o_m, m_m, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb, s_sb_k,
-                         SCALE_A, PRECISION, MAX_IMPRECISE)
-        if ACT == "swiglu":
+        acc = scaled_dot(acc, b_a, b_b, k, o_m, m_m, i_n * BLOCK_N, o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb,
+                         s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE, BLOCK_N <= 128)
+        if ACT == "swiglu":  # the up tile starts at column N + i_n·BLOCK_N: 128-aligned only if N is
             b_u = tl.load(p_u_k, mask=m_k[:, None] & m_n[None, :], other=0.0)
-            acc_up = scaled_dot(acc_up, b_a, b_u, k, o_m, m_m, N + o_n, m_n, p_sa, p_sb, s_sa, s_sa_k, s_sb,
-                                s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE)
+            acc_up = scaled_dot(acc_up, b_a, b_u, k, o_m, m_m, N + i_n * BLOCK_N, N + o_n, m_n, p_sa, p_sb,
+                                s_sa, s_sa_k, s_sb, s_sb_k, SCALE_A, PRECISION, MAX_IMPRECISE, False)
             p_u_k += BLOCK_K * s_bk
         p_a_k += BLOCK_K * s_ak
         p_b_k += BLOCK_K * s_bk
