@@ -128,3 +128,18 @@ def test_reference_crash_fails_the_case_not_the_run():
     spec.reference = broken_reference
     (res,) = check_case(spec, CASE)
     assert not res.passed and "reference exploded" in res.problems[0]
+
+
+def test_relative_l2_bound_passes_only_what_it_bounds():
+    from kernelworks.check.compare import compare
+    from kernelworks.spec import Tolerance
+
+    ref = torch.ones(1000, dtype=torch.float64)
+    out = ref.clone()
+    out[0] = 1.1  # one element 0.1 off: past the element rule, 0.1 / √1000 ≈ 3.2e-3 in relative L2
+    strict, bounded = Tolerance(atol=1e-3), Tolerance(atol=1e-3, max_rel_l2=5e-3)
+    assert not compare("o", out, ref, ref, strict).passed
+    assert compare("o", out, ref, ref, bounded).passed
+    assert not compare("o", out, ref, ref, Tolerance(atol=1e-3, max_rel_l2=1e-3)).passed
+    out[1] = float("nan")  # an unwritten element fails whatever the bound
+    assert not compare("o", out, ref, ref, bounded).passed

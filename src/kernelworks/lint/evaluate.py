@@ -84,6 +84,7 @@ class Evaluator:
         self._roots: dict[str, Ctx] = {}
         self._children: dict[tuple[int, int, str], Ctx] = {}
         self._memo: dict[tuple[int, int], Val] = {}
+        self._provisional: dict[tuple[int, int], Val] = {}
         self._active: set[tuple[int, int, str, int | None]] = set()
         self._cuts = 0
         self._depth = 0
@@ -130,6 +131,8 @@ class Evaluator:
         key = (id(node), id(ctx))
         if key in self._memo:
             return self._memo[key]
+        if key in self._provisional:
+            return self._provisional[key]
         if self._depth >= _MAX_DEPTH:  # a very long chain of assignments: give up on it, conservatively
             return OPAQUE
         cuts = self._cuts
@@ -140,6 +143,13 @@ class Evaluator:
             self._depth -= 1
         if self._cuts == cuts:
             self._memo[key] = val
+        else:
+            # Exact only for this query's stack of active definitions, but re-deriving it on every path
+            # re-walks the loop-carried cycles exponentially (a 300-line kernel took minutes); kept for the
+            # rest of the current top-level query, dropped when it returns.
+            self._provisional[key] = val
+        if self._depth == 0:
+            self._provisional.clear()
         return val
 
     def _eval(self, node: ast.AST, ctx: Ctx) -> Val:

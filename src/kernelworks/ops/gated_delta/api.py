@@ -1,11 +1,14 @@
 """Public ``gated_delta_decode`` / ``gated_delta_prefill``, their validation, and the custom ops behind them.
 
-Both are forward-only ``torch.library`` custom ops (``kernelworks::gated_delta_decode`` mutates its
-``state`` argument; ``kernelworks::gated_delta_prefill`` returns ``(o, final_state)``), taken while
-``torch.compile`` traces; eager calls launch the kernels directly (a custom op costs ~100 µs of host time
-per call, more than a decode step takes on the GPU). Neither has a backward yet: a call that would need one
-(grad mode on and an input requiring grad) raises ``NotImplementedError`` rather than return an output
-gradients silently stop at.
+``kernelworks::gated_delta_decode`` is a forward-only ``torch.library`` custom op (it mutates its ``state``
+argument), taken while ``torch.compile`` traces; eager calls launch the kernel directly (a custom op costs
+~100 µs of host time per call, more than a decode step takes on the GPU). It has no backward: a call that
+would need one (grad mode on and an input requiring grad) raises ``NotImplementedError`` rather than
+return an output gradients silently stop at.
+
+``gated_delta_prefill`` is a :class:`~kernelworks.runtime.torch_op.TorchOp`: ``kernelworks::gated_delta_prefill``
+(``→ (o, final_state)``) + ``kernelworks::gated_delta_prefill_backward`` under ``torch.compile``, an autograd
+Function in eager mode; gradients for q, k, v, g, beta, write_strength and initial_state (``prefill_bwd.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from __future__ import annotations
 import torch
 
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
+from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
+from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
 from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_dtype,
     check_float_tensor,
@@ -49,21 +56,88 @@ def _decode_fake(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, 
     return v.new_empty(v.shape)
 
 
-@torch.library.custom_op("kernelworks::gated_delta_prefill", mutates_args=())
-def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                write_strength: torch.Tensor | None, initial_state: torch.Tensor | None, output_final_state: bool,
-                cu_seqlens: torch.Tensor | None, scale: float,
-                chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     write_strength: torch.Tensor | None, initial_state: torch.Tensor | None,
+                     output_final_state: bool, cu_seqlens: torch.Tensor | None, scale: float,
+                     chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if q.dtype != torch.float32:
+        # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
+        # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
+        o, final, _ = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                          output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                                          chunk_size=chunk_size, write_strength=write_strength)
+        if final is None:  # the custom op's schema returns a tensor: empty, as the fake says
+            final = empty((0,), dtype=torch.float32, device=v.device)
+        return o, final
     return gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
                                    cu_seqlens, scale, chunk_size)
 
 
-@_prefill_op.register_fake
-def _prefill_fake(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
-                  chunk_size):
+def _prefill_forward_fake(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
+                          chunk_size):
     n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     shape = (n, v.shape[2], v.shape[3], q.shape[3]) if output_final_state else (0,)
     return v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32)
+
+
+def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, write_strength: torch.Tensor | None,
+                      initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None, scale: float,
+                      chunk_size: int, need_dh0: bool) -> list[torch.Tensor]:
+    """``[dq, dk, dv, dg, dbeta]`` + ``[dw]`` (with write_strength) + ``[dh0]`` (when ``need_dh0``)."""
+    return gated_delta_prefill_bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale,
+                                   chunk_size, need_dh0)
+
+
+def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size,
+                           need_dh0):
+    out = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
+           beta.new_empty(beta.shape)]
+    if write_strength is not None:
+        out.append(write_strength.new_empty(write_strength.shape))
+    if need_dh0:
+        out.append(initial_state.new_empty(initial_state.shape, dtype=torch.float32))
+    return out
+
+
+def _prefill_setup(ctx, inputs, output) -> None:
+    q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale, chunk_size = inputs
+    # the inputs only: the backward recomputes the chunk-start states (one extra scan) instead of the
+    # forward storing them (no per-chunk state in memory between the passes)
+    ctx.save_for_backward(q, k, v, g, beta, write_strength, initial_state, cu_seqlens)
+    ctx.scale, ctx.chunk_size, ctx.output_final_state = scale, chunk_size, output_final_state
+    ctx.set_materialize_grads(False)
+
+
+def _prefill_input_grads(ctx, grads: tuple, backward) -> tuple:
+    """Gradients for ``(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
+    scale, chunk_size)``."""
+    do, dht = grads
+    if not ctx.output_final_state:
+        dht = None
+    if do is None and dht is None:
+        return (None,) * 11
+    q, k, v, g, beta, write_strength, initial_state, cu_seqlens = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(v)
+    need_dh0 = initial_state is not None and ctx.needs_input_grad[6]
+    out = list(backward(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, ctx.scale,
+                        ctx.chunk_size, need_dh0))
+    dq, dk, dv, dg, dbeta = out[:5]
+    dw = out[5] if write_strength is not None else None
+    dh0 = out[-1] if need_dh0 else None
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dg if need[3] else None,
+            dbeta if need[4] else None, dw if need[5] else None, dh0, None, None, None, None)
+
+
+_prefill = TorchOp("gated_delta_prefill", forward=_prefill_forward, forward_fake=_prefill_forward_fake,
+                   backward=_prefill_backward, backward_fake=_prefill_backward_fake, setup_context=_prefill_setup,
+                   input_grads=_prefill_input_grads)
+"""``kernelworks::gated_delta_prefill`` (+ ``_backward``): ``(q, k, v, g, beta, write_strength, initial_state,
+output_final_state, cu_seqlens, scale, chunk_size) → (o, final_state)``."""
+
+_prefill_op = _prefill.custom_op
 
 
 def _use_custom_op(tensors: list[torch.Tensor | None]) -> bool:
@@ -219,7 +293,7 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         scale: float | None = None, chunk_size: int = 64,
                         write_strength: torch.Tensor | None = None,
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Gated DeltaNet over whole sequences (prefill), chunkwise-parallel: forward only.
+    """Gated DeltaNet over whole sequences (prefill), chunkwise-parallel, with autograd.
 
     The recurrence ``S_t = exp(g_t)·S_{t−1}·(I − β_t k_t k_tᵀ) + w_t·v_t k_tᵀ``, ``o_t = scale·S_t q_t``
     (``w = beta`` unless ``write_strength``), computed in chunks of ``chunk_size`` tokens (UT transform
@@ -246,8 +320,9 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]`` float32,
-        or None without ``output_final_state``. No autograd yet (``NotImplementedError`` when a gradient
-        would be needed).
+        or None without ``output_final_state``. Differentiable in q, k, v, g, beta, write_strength and
+        initial_state (also through final_state); the backward recomputes the chunk-start states with one
+        extra scan and walks the chunks in reverse (``prefill_bwd.py``).
 
     Example::
 
@@ -279,10 +354,6 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         raise ValueError(f"chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
     scale = _scale(scale, K)
     output_final_state = bool(output_final_state)
-    tensors = [q, k, v, g, beta, write_strength, initial_state, cu_seqlens]
-    _refuse_grad("gated_delta_prefill", dict(zip(
-        ("q", "k", "v", "g", "beta", "write_strength", "initial_state"), tensors)))
-    fn = _prefill_op if _use_custom_op(tensors) else gated_delta_prefill_fwd
-    o, final = fn(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
-                  chunk_size)
+    o, final = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
+                        chunk_size)
     return o, (final if output_final_state else None)
