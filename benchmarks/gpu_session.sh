@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench sweeps diagnose
 #                                                 (default: check tests bench)
 # CHECK_OPS / BENCH_OPS="op1 op2" narrow the check / bench (default all); BENCH_ARGS adds kw bench options;
+# stage bench2 runs BENCH2_OPS with BENCH2_ARGS;
 # TESTS="paths/args" the pytest run; SWEEPS="benchmarks/sweeps/x.py ..." picks the sweeps
 # (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
 # DEADLINE_S (default 570) bounds the whole call: each stage gets the time left, so the tarball is always made.
@@ -37,6 +38,8 @@ for stage in $stages; do
     tests) timeout "$(left)" python3 -m pytest -q ${TESTS:-tests} > "$OUT/tests.log" 2>&1; rc=$?; tail -1 "$OUT/tests.log" ;;
     bench) timeout "$(left)" python3 -m kernelworks bench ${BENCH_OPS:-all} ${BENCH_ARGS:-} --save "$OUT/results" \
              > "$OUT/bench.log" 2>&1; rc=$? ;;
+    bench2) timeout "$(left)" python3 -m kernelworks bench ${BENCH2_OPS} ${BENCH2_ARGS:-} --save "$OUT/results" \
+              >> "$OUT/bench.log" 2>&1; rc=$? ;;  # a second bench with other options (e.g. --mode fwd)
     sweeps)  # every benchmarks/sweeps/*.py (or SWEEPS="a b"), each writing $OUT/results/sweeps/<name>.json
       rc=0; mkdir -p "$OUT/results/sweeps"
       for f in ${SWEEPS:-benchmarks/sweeps/*.py}; do

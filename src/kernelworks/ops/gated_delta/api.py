@@ -63,9 +63,13 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     if q.dtype != torch.float32:
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
         # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
+        # fuse_output=False: the fused state pass (o inside the scan, no chunk-state round trip) reads
+        # shared memory out of bounds on sm_90 as triton 3.6 compiles it (compute-sanitizer: invalid 1 KB
+        # __shared__ reads, then a launch failure); the 3-kernel form is clean there and is the default.
         o, final, _ = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                           output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                                          chunk_size=chunk_size, write_strength=write_strength)
+                                          chunk_size=chunk_size, write_strength=write_strength,
+                                          fuse_output=False)
         if final is None:  # the custom op's schema returns a tensor: empty, as the fake says
             final = empty((0,), dtype=torch.float32, device=v.device)
         return o, final

@@ -91,21 +91,27 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
     if itemsize == 1:
         return _fp8_plan(m, n, k, batch, gated, tma_ok, n_sms, block_scaled)
     if m <= DECODE_M:
-        # Memory-bound on B: one tile-row of A, B streamed once in long K steps, 4 stages in flight.
+        # Memory-bound on B: one tile-row of A, B streamed once in long K steps. Measured on an H200
+        # (benchmarks/sweeps/matmul_configs.py): M ≤ 16 best on 64×256 K steps with 3 stages (8B gate_up
+        # M=16 54.5 vs 48.7 TFLOP/s for 64×128), M = 64 on 128-column tiles (70B qkv 200 vs 160).
         bm = max(16, next_pow2(m))
-        bn, bk = 64, (64 if fp32 else 128)
+        bn, bk, stages = (64, 64, 3) if fp32 else ((64, 128, 4) if m <= 16 else (128, 128, 4))
         tiles = cdiv(m, bm) * cdiv(n, bn) * batch
         split = 1
         while tiles * split < n_sms and k // (2 * split) >= 4 * bk and split < 16:
             split *= 2
-        return Plan(False, bm, bn, bk, 4, 3 if fp32 else 4, SPLIT_K=split)
+        if split == 1 and m <= 16 and not fp32:  # enough tiles without splitting K: longer K steps
+            bk, stages = 256, 3  # (the split-K reduction kernel's partials spill 8 B with them)
+        return Plan(False, bm, bn, bk, 4, stages, SPLIT_K=split)
     if tma_ok:
         if fp32:  # TF32 (or IEEE) wgmma: 4-byte operands, half the K per stage
             return Plan(True, 128, 128, 32, 8, 3, EPI_SPLIT=2)
-        if gated:  # two accumulators (gate and up): 128×128 each is the register budget of one 128×256
-            return Plan(True, 128, 128, 64, 8, 3, EPI_SPLIT=2)
-        if m <= 128:  # a 128-row tile would be mostly padding
-            return Plan(True, 64, 128, 64, 4, 4)
+        if gated:  # two accumulators (gate and up): 128×128 each is the register budget of one 128×256;
+            # warp-specialised (producer warp + consumers) measured 729 vs 584 TFLOP/s at 8192 on an H200
+            return Plan(True, 128, 128, 64, 8, 3, EPI_SPLIT=2, FLATTEN=False, WARP_SPECIALIZE=True)
+        if m <= 256:  # a 128-row tile would be mostly padding; measured 64×128×128 at M = 256: 8B down 512
+            # vs 332 TFLOP/s for 128×128×64, 8B o 339 vs 243 (H200)
+            return Plan(True, 64, 128, 128, 4, 4)
         # Wave quantisation: the persistent grid runs ⌈tiles / SMs⌉ rounds of one tile per SM, so the time
         # goes as rounds × tile area. Take the tile with the smaller product, the bigger tile on a tie (it
         # is the more efficient per flop). First H200 run: 128×256 at 192 tiles (2 rounds, 60 SMs idle in
@@ -116,7 +122,7 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
         cost_128 = cdiv(cdiv(m, 128) * cdiv(n, 128), n_sms)
         if cost_256 <= cost_128:
             return Plan(True, 128, 256, 64, 8, 3, EPI_SPLIT=2)
-        return Plan(True, 128, 128, 64, 8, 4, EPI_SPLIT=2)
+        return Plan(True, 128, 128, 64, 8, 5, EPI_SPLIT=2)  # 5 stages: 655 vs 617 TFLOP/s (8B qkv M=1024)
     if fp32:
         return Plan(False, 128, 64, 32, 4, 3)
     return Plan(False, 128, 64 if gated else 128, 32, 8, 4)
@@ -138,6 +144,8 @@ def _fp8_plan(m: int, n: int, k: int, batch: int, gated: bool, tma_ok: bool, n_s
     bn = 64 if gated else 128
     if not tma_ok:
         return Plan(False, 128, bn, 128, 8, 3)
+    if block_scaled:  # warp-specialised: 964 vs 892 TFLOP/s at 8192 (H200)
+        return Plan(True, 128, bn, 128, 8, 4, EPI_SPLIT=2, FLATTEN=False, WARP_SPECIALIZE=True)
     return Plan(True, 128, bn, 128, 8, 4, EPI_SPLIT=2)
 
 
