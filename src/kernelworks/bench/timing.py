@@ -29,7 +29,8 @@ class Timing:
     p80_ms: float
     min_ms: float
     reps: int
-    host_us: float | None = None  # median wall time of one call on the host (launches, no sync), µs
+    host_us: float | None = None  # median host wall time of one call from an idle GPU, µs (a call that
+    # synchronises inside, e.g. a host-side value check, includes that wait)
 
     @property
     def spread(self) -> float:
