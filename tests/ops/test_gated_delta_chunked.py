@@ -1,5 +1,5 @@
-"""The chunk-parallel prefill forward (``prefill_chunked.py``: K1 chunk prep, K2 state scan with the output
-fused or K3 output kernel) against the float64 recurrence: chunk tails, grouped heads, initial and final
+"""The chunk-parallel prefill forward (``prefill_chunked.py``: K1a chunk inverse, K1b W/Ũ, K2 state scan
+with the output fused or K3 output kernel) against the float64 recurrence: chunk tails, grouped heads, initial and final
 state, varlen with 3 sequences, write strength, strided inputs, what ``saved`` holds (chunk-local gates,
 chunk-start states); and sm_90 compilation of every kernel without spills. CPU tests run under Triton's
 interpreter on tiny heads (fp32/fp16: the interpreter's bf16 ``tl.dot`` is wrong); ``gpu`` tests take the
@@ -67,6 +67,25 @@ def test_matches_reference_fp32(T, chunk, fuse):
     o, final, saved = _run(x, fuse=fuse, chunk=chunk)
     o_ref, f_ref = _ref(x)
     assert saved["chunk"] == chunk
+    torch.testing.assert_close(o.double(), o_ref, atol=3e-5, rtol=1e-5)
+    torch.testing.assert_close(final.double(), f_ref, atol=3e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_product_form_inverse_matches_reference(chunk, monkeypatch):
+    """The product-form inverse of the diagonal blocks (``inv_product``) computes the same T as forward
+    substitution: chunk 64 has the GPU's 16-row blocks (A⁸ ≠ 0), chunk 16 4-row ones (A⁴ = 0 already)."""
+    from kernelworks.ops.gated_delta import prefill_chunked
+
+    plan = prefill_chunked._plan
+    monkeypatch.setattr(prefill_chunked, "_plan", lambda *a: plan(*a)._replace(inv_product=True))
+    x = _inputs(1, 70, 1, 2, 16, 16, h0=1)
+    # correlated keys, weak decay, strong erase: |A_ij| near 1, so A⁸ is far from negligible
+    x["k"] = functional.normalize(1.0 + 0.5 * torch.randn_like(x["k"]), dim=-1)
+    x["g"] = torch.full_like(x["g"], -0.01)
+    x["beta"] = 0.5 + 0.5 * x["beta"]
+    o, final, _ = _run(x, fuse=False, chunk=chunk)
+    o_ref, f_ref = _ref(x)
     torch.testing.assert_close(o.double(), o_ref, atol=3e-5, rtol=1e-5)
     torch.testing.assert_close(final.double(), f_ref, atol=3e-5, rtol=1e-5)
 
@@ -201,7 +220,8 @@ def test_compiles_for_sm90_without_spills(shape, fuse):
     else:
         launches = _capture(1, 300, 4, 8, 128, 128, F16, fuse=fuse, varlen=True, h0=True, final=True, write=True)
     names = [launch.name for launch in launches]
-    want = ["_chunk_prep_kernel", "_state_pass_kernel"] + ([] if fuse else ["_chunk_output_kernel"])
+    want = ["_chunk_inverse_kernel", "_chunk_wy_kernel", "_state_pass_kernel"]
+    want += [] if fuse else ["_chunk_output_kernel"]
     assert names == want
     for launch in launches:
         r = inspect_launch(launch, "sm_90")

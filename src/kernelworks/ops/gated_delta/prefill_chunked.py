@@ -4,12 +4,14 @@ latency-bound: its per-chunk forward substitution and small tiles sit on the sca
 
 Notation as in ``prefill_fwd.py`` (derivation in docs/notes/gated_delta.md): per chunk of C tokens, ``G``
 the chunk-local cumulative log-decay (here in log2 units, ``G = log2(e)·cumsum(g)``), ``γ = 2^G``,
-``A = strictly-lower(β_s (k_s·k_r) 2^{G_s−G_r})``, ``T = (I + A)⁻¹``. Three kernels:
+``A = strictly-lower(β_s (k_s·k_r) 2^{G_s−G_r})``, ``T = (I + A)⁻¹``. Four kernels:
 
-K1 ``_chunk_prep_kernel`` — grid (chunks, H_v, B), all chunks in parallel:
-    G;  T by blocks (four C/4-row diagonal blocks inverted by forward substitution, merged with dots);
-    ``W = T (βγ ⊙ K)`` ``[C, K]`` and ``Ũ = T (w ⊙ V)`` ``[C, V]``, stored in the input dtype (as fla
-    does), G in fp32.
+K1a ``_chunk_inverse_kernel`` — grid (chunks, H_v, B), all chunks in parallel: G (fp32) and T by blocks
+    (four C/4-row diagonal blocks inverted by forward substitution, merged with dots), T stored in the
+    input dtype.
+K1b ``_chunk_wy_kernel`` — same grid: ``W = T (βγ ⊙ K)`` ``[C, K]`` and ``Ũ = T (w ⊙ V)`` ``[C, V]``, in
+    the input dtype (as fla does). (One kernel did both before: 8 warps, one program per SM, 1.24 ms of
+    the forward's 2.65 ms on the H100 — its serial substitution exposed.)
 K2 ``_state_pass_kernel`` — grid (V-blocks, H_v, sequences), chunks in order, the state fp32 in registers:
     ``U = Ũ − W S₀ᵀ`` (the fp32 state split hi + lo for 16-bit dots);
     ``S_C = γ_C S₀ + (2^{G_C−G} ⊙ U)ᵀ K``.
@@ -71,6 +73,22 @@ def _inv4_unit_lower(b_A0, b_A1, b_A2, b_A3, SUB: tl.constexpr):
 
 
 @triton.jit
+def _inv_unit_lower_product(b_A):
+    """``(I + A)⁻¹`` for a strictly-lower ``[SUB, SUB]`` fp32 tile, SUB ≤ 16, with no serial row loop: A is
+    nilpotent (``A^SUB = 0``), so ``(I + A)⁻¹ = Σ_m (−A)^m = (I − A)(I + A²)(I + A⁴)(I + A⁸)`` — three
+    squarings and three products, fp32 FMA dots (the same value as forward substitution up to rounding)."""
+    o = tl.arange(0, b_A.shape[0])
+    b_A2 = _dot32(b_A, b_A)
+    b_A4 = _dot32(b_A2, b_A2)
+    b_A8 = _dot32(b_A4, b_A4)
+    b_T = tl.where(o[:, None] == o[None, :], 1.0, 0.0) - b_A
+    b_T += _dot32(b_T, b_A2)
+    b_T += _dot32(b_T, b_A4)
+    b_T += _dot32(b_T, b_A8)
+    return b_T
+
+
+@triton.jit
 def _a_block(b_ki, b_kj, b_Gi, b_Gj, b_bi, DIAG: tl.constexpr, SUB: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Block (i, j) of ``A = β_s (k_s·k_r) 2^{G_s − G_r}``, fp32 ``[SUB, SUB]``; on the diagonal block only
     the strictly lower part, its exponent masked BEFORE exp2 (the upper part's is > 0 and may overflow)."""
@@ -94,24 +112,35 @@ def _dot32(a, b):
 
 
 @triton.jit
-def _chunk_prep_kernel(
-    p_k, p_v, p_g, p_beta, p_w, p_cs, p_ce, p_G, p_W, p_U,
-    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_gb, s_gt, s_gh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh,
+def _store_block(p, b, o_r, m_r, o_c0, ROW: tl.constexpr, SUB: tl.constexpr):
+    """Store a ``[SUB, SUB]`` tile at rows ``o_r`` (``ROW`` elements apart), columns ``o_c0 … + SUB``."""
+    o_c = o_c0 + tl.arange(0, SUB)
+    tl.store(p + o_r[:, None] * ROW + o_c[None, :], b, mask=m_r[:, None])
+
+
+@triton.jit
+def _chunk_inverse_kernel(
+    p_k, p_g, p_beta, p_cs, p_ce, p_G, p_T,
+    s_kb, s_kt, s_kh, s_gb, s_gt, s_gh, s_bb, s_bt, s_bh,
     T, HV_PER_QK,
-    H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, SUB: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_W: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    H_V: tl.constexpr, K: tl.constexpr, SUB: tl.constexpr, BLOCK_K: tl.constexpr, IS_VARLEN: tl.constexpr,
+    INV_PRODUCT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """Per chunk (C = 4·SUB tokens) and value head: ``G = log2(e) cumsum(g)`` ``[C]`` fp32,
-    ``T = (I + A)⁻¹``, ``W = T (βγ ⊙ K)`` ``[C, K]``, ``Ũ = T (w ⊙ V)`` ``[C, V]`` (input dtype).
+    """Per chunk (C = 4·SUB tokens) and value head: ``G = log2(e) cumsum(g)`` ``[C]`` fp32 and
+    ``T = (I + A)⁻¹`` ``[C, C]`` (stored in k's dtype, the upper triangle as zeros).
 
     Grid ``(n_chunks, H_v, B)``; dense: chunk i starts at token i·C of batch row program_id(2); varlen
-    (B = 1): chunk slot i covers tokens ``[cs[i], min(cs[i] + C, ce[i]))``. k ``[B, T, H_qk, K]``, v
-    ``[B, T, H_v, V]``, g/beta/w ``[B, T, H_v]`` (any strides, unit last-dim stride for k, v); G ``[B, T,
-    H_v]``, W ``[B, T, H_v, K]``, U ``[B, T, H_v, V]`` contiguous.
+    (B = 1): chunk slot i covers tokens ``[cs[i], min(cs[i] + C, ce[i]))``. k ``[B, T, H_qk, K]`` (unit
+    last-dim stride), g/beta ``[B, T, H_v]`` (any strides); G ``[B, T, H_v]``, T ``[B, T, H_v, C]``
+    contiguous (token t's row of its chunk's T).
 
     T by blocks: with ``L = I + A`` split in 4×4 blocks of SUB rows, ``T_ii = L_ii⁻¹`` (forward
     substitution, 4 chains at once) and ``T_ij = −T_ii Σ_{j≤m<i} A_im T_mj`` (dots), so the serial part
-    is SUB steps on SUB×SUB tiles instead of C steps on C×C.
+    is SUB steps on SUB×SUB tiles instead of C steps on C×C (INV_PRODUCT: the diagonal blocks by the
+    product form of :func:`_inv_unit_lower_product` instead, no serial steps). This kernel holds no
+    V-sized tile: it runs with few warps and many programs per SM, whose serial substitutions overlap (inside the
+    8-warp kernel that also formed W and Ũ, one program per SM sat on the substitution's barriers: 1.24 ms
+    of a 2.65 ms forward on the H100 at B 8 T 4096 H 16).
     """
     i_c = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
@@ -122,21 +151,16 @@ def _chunk_prep_kernel(
         return
     t0 = t0.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
     p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
-    p_v += i_b * s_vb + t0 * s_vt + i_h * s_vh
     p_g += i_b * s_gb + t0 * s_gt + i_h * s_gh
     p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
-    p_w += i_b * s_wb + t0 * s_wt + i_h * s_wh
     row0 = (i_b * T + t0) * H_V + i_h  # the intermediates' row of the chunk's first token (int64)
     p_G += row0
-    p_W += row0 * K
-    p_U += row0 * V
+    p_T += row0 * (4 * SUB)
 
     o_s = tl.arange(0, SUB)
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < K
-    o_v = tl.arange(0, BLOCK_V)
-    m_v = o_v < V
-    # the four SUB-row blocks of the chunk; rows past the sequence end load k = v = g = β = w = 0
+    # the four SUB-row blocks of the chunk; rows past the sequence end load k = g = β = 0
     o_t0, o_t1, o_t2, o_t3 = o_s, o_s + SUB, o_s + 2 * SUB, o_s + 3 * SUB
     m_t0, m_t1, m_t2, m_t3 = o_t0 < n, o_t1 < n, o_t2 < n, o_t3 < n
     b_k0 = tl.load(p_k + o_t0[:, None] * s_kt + o_k[None, :], mask=m_t0[:, None] & m_k[None, :], other=0.0)
@@ -173,71 +197,91 @@ def _chunk_prep_kernel(
     b_A20 = _a_block(b_k2, b_k0, b_G2, b_G0, b_b2, False, SUB, DOT_PRECISION)
     b_A31 = _a_block(b_k3, b_k1, b_G3, b_G1, b_b3, False, SUB, DOT_PRECISION)
     b_A30 = _a_block(b_k3, b_k0, b_G3, b_G0, b_b3, False, SUB, DOT_PRECISION)
-    # T = (I + A)⁻¹: the diagonal blocks, then the off-diagonal ones a sub-diagonal at a time
-    b_T00, b_T11, b_T22, b_T33 = _inv4_unit_lower(b_A00, b_A11, b_A22, b_A33, SUB)
-    b_T10 = -_dot32(b_T11, _dot32(b_A10, b_T00))
-    b_T21 = -_dot32(b_T22, _dot32(b_A21, b_T11))
-    b_T32 = -_dot32(b_T33, _dot32(b_A32, b_T22))
-    b_T20 = -_dot32(b_T22, _dot32(b_A20, b_T00) + _dot32(b_A21, b_T10))
-    b_T31 = -_dot32(b_T33, _dot32(b_A31, b_T11) + _dot32(b_A32, b_T21))
-    b_T30 = -_dot32(b_T33, _dot32(b_A30, b_T00) + _dot32(b_A31, b_T10) + _dot32(b_A32, b_T20))
-
-    # W = T (βγ ⊙ K): block row i = Σ_{j≤i} T_ij Y_j, T rounded to the operand dtype (as every chunked
-    # implementation does); fp32 accumulation, one rounding at the store
-    b_y0 = (b_k0 * (b_b0 * tl.exp2(b_G0))[:, None]).to(DT)
-    b_y1 = (b_k1 * (b_b1 * tl.exp2(b_G1))[:, None]).to(DT)
-    b_y2 = (b_k2 * (b_b2 * tl.exp2(b_G2))[:, None]).to(DT)
-    b_y3 = (b_k3 * (b_b3 * tl.exp2(b_G3))[:, None]).to(DT)
-    b_t00, b_t11, b_t22, b_t33 = b_T00.to(DT), b_T11.to(DT), b_T22.to(DT), b_T33.to(DT)
-    b_t10, b_t21, b_t32 = b_T10.to(DT), b_T21.to(DT), b_T32.to(DT)
-    b_t20, b_t31, b_t30 = b_T20.to(DT), b_T31.to(DT), b_T30.to(DT)
-    m_k0, m_k1 = m_t0[:, None] & m_k[None, :], m_t1[:, None] & m_k[None, :]
-    m_k2, m_k3 = m_t2[:, None] & m_k[None, :], m_t3[:, None] & m_k[None, :]
-    o_wk = o_k[None, :]
-    b_o = tl.dot(b_t00, b_y0, input_precision=DOT_PRECISION)
-    tl.store(p_W + o_t0[:, None] * (H_V * K) + o_wk, b_o.to(DT), mask=m_k0)
-    b_o = tl.dot(b_t10, b_y0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t11, b_y1, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_W + o_t1[:, None] * (H_V * K) + o_wk, b_o.to(DT), mask=m_k1)
-    b_o = tl.dot(b_t20, b_y0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t21, b_y1, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t22, b_y2, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_W + o_t2[:, None] * (H_V * K) + o_wk, b_o.to(DT), mask=m_k2)
-    b_o = tl.dot(b_t30, b_y0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t31, b_y1, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t32, b_y2, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t33, b_y3, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_W + o_t3[:, None] * (H_V * K) + o_wk, b_o.to(DT), mask=m_k3)
-
-    # Ũ = T (w ⊙ V), the same block sums (v loaded here, after W, to keep fewer tiles live)
-    if HAS_W:
-        b_w0 = tl.load(p_w + o_t0 * s_wt, mask=m_t0, other=0.0).to(tl.float32)
-        b_w1 = tl.load(p_w + o_t1 * s_wt, mask=m_t1, other=0.0).to(tl.float32)
-        b_w2 = tl.load(p_w + o_t2 * s_wt, mask=m_t2, other=0.0).to(tl.float32)
-        b_w3 = tl.load(p_w + o_t3 * s_wt, mask=m_t3, other=0.0).to(tl.float32)
+    # T = (I + A)⁻¹: the diagonal blocks, then the off-diagonal ones a sub-diagonal at a time; each block
+    # rounded to the operand dtype (as every chunked implementation does) and stored as soon as it is
+    # final, the blocks above the diagonal as zeros so the next kernel loads T as one [C, C] tile
+    ROW: tl.constexpr = H_V * 4 * SUB
+    b_0 = tl.zeros([SUB, SUB], dtype=DT)
+    _store_block(p_T, b_0, o_t0, m_t0, SUB, ROW, SUB)
+    _store_block(p_T, b_0, o_t0, m_t0, 2 * SUB, ROW, SUB)
+    _store_block(p_T, b_0, o_t0, m_t0, 3 * SUB, ROW, SUB)
+    _store_block(p_T, b_0, o_t1, m_t1, 2 * SUB, ROW, SUB)
+    _store_block(p_T, b_0, o_t1, m_t1, 3 * SUB, ROW, SUB)
+    _store_block(p_T, b_0, o_t2, m_t2, 3 * SUB, ROW, SUB)
+    if INV_PRODUCT:
+        b_T00 = _inv_unit_lower_product(b_A00)
+        b_T11 = _inv_unit_lower_product(b_A11)
+        b_T22 = _inv_unit_lower_product(b_A22)
+        b_T33 = _inv_unit_lower_product(b_A33)
     else:
-        b_w0, b_w1, b_w2, b_w3 = b_b0, b_b1, b_b2, b_b3
-    m_v0, m_v1 = m_t0[:, None] & m_v[None, :], m_t1[:, None] & m_v[None, :]
-    m_v2, m_v3 = m_t2[:, None] & m_v[None, :], m_t3[:, None] & m_v[None, :]
-    b_x0 = (tl.load(p_v + o_t0[:, None] * s_vt + o_v[None, :], mask=m_v0, other=0.0) * b_w0[:, None]).to(DT)
-    b_x1 = (tl.load(p_v + o_t1[:, None] * s_vt + o_v[None, :], mask=m_v1, other=0.0) * b_w1[:, None]).to(DT)
-    b_x2 = (tl.load(p_v + o_t2[:, None] * s_vt + o_v[None, :], mask=m_v2, other=0.0) * b_w2[:, None]).to(DT)
-    b_x3 = (tl.load(p_v + o_t3[:, None] * s_vt + o_v[None, :], mask=m_v3, other=0.0) * b_w3[:, None]).to(DT)
-    o_uv = o_v[None, :]
-    b_o = tl.dot(b_t00, b_x0, input_precision=DOT_PRECISION)
-    tl.store(p_U + o_t0[:, None] * (H_V * V) + o_uv, b_o.to(DT), mask=m_v0)
-    b_o = tl.dot(b_t10, b_x0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t11, b_x1, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_U + o_t1[:, None] * (H_V * V) + o_uv, b_o.to(DT), mask=m_v1)
-    b_o = tl.dot(b_t20, b_x0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t21, b_x1, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t22, b_x2, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_U + o_t2[:, None] * (H_V * V) + o_uv, b_o.to(DT), mask=m_v2)
-    b_o = tl.dot(b_t30, b_x0, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t31, b_x1, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t32, b_x2, b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_t33, b_x3, b_o, input_precision=DOT_PRECISION)
-    tl.store(p_U + o_t3[:, None] * (H_V * V) + o_uv, b_o.to(DT), mask=m_v3)
+        b_T00, b_T11, b_T22, b_T33 = _inv4_unit_lower(b_A00, b_A11, b_A22, b_A33, SUB)
+    _store_block(p_T, b_T00.to(DT), o_t0, m_t0, 0, ROW, SUB)
+    _store_block(p_T, b_T11.to(DT), o_t1, m_t1, SUB, ROW, SUB)
+    _store_block(p_T, b_T22.to(DT), o_t2, m_t2, 2 * SUB, ROW, SUB)
+    _store_block(p_T, b_T33.to(DT), o_t3, m_t3, 3 * SUB, ROW, SUB)
+    b_T10 = -_dot32(b_T11, _dot32(b_A10, b_T00))
+    _store_block(p_T, b_T10.to(DT), o_t1, m_t1, 0, ROW, SUB)
+    b_T21 = -_dot32(b_T22, _dot32(b_A21, b_T11))
+    _store_block(p_T, b_T21.to(DT), o_t2, m_t2, SUB, ROW, SUB)
+    b_T32 = -_dot32(b_T33, _dot32(b_A32, b_T22))
+    _store_block(p_T, b_T32.to(DT), o_t3, m_t3, 2 * SUB, ROW, SUB)
+    b_T20 = -_dot32(b_T22, _dot32(b_A20, b_T00) + _dot32(b_A21, b_T10))
+    _store_block(p_T, b_T20.to(DT), o_t2, m_t2, 0, ROW, SUB)
+    b_T31 = -_dot32(b_T33, _dot32(b_A31, b_T11) + _dot32(b_A32, b_T21))
+    _store_block(p_T, b_T31.to(DT), o_t3, m_t3, SUB, ROW, SUB)
+    b_T30 = -_dot32(b_T33, _dot32(b_A30, b_T00) + _dot32(b_A31, b_T10) + _dot32(b_A32, b_T20))
+    _store_block(p_T, b_T30.to(DT), o_t3, m_t3, 0, ROW, SUB)
+
+
+@triton.jit
+def _chunk_wy_kernel(
+    p_k, p_v, p_beta, p_w, p_G, p_T, p_cs, p_ce, p_W, p_U,
+    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh,
+    T, HV_PER_QK,
+    H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_W: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """``W = T (βγ ⊙ K)`` ``[C, K]`` and ``Ũ = T (w ⊙ V)`` ``[C, V]`` for one chunk and value head (T and G
+    from :func:`_chunk_inverse_kernel`; two ``[C, C] × [C, ·]`` tensor-core products, fp32 accumulation,
+    one rounding at the store). Grid and layouts as that kernel's; v ``[B, T, H_v, V]``, w ``[B, T, H_v]``;
+    W ``[B, T, H_v, K]``, U ``[B, T, H_v, V]`` contiguous, in k's dtype."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_b = tl.program_id(2).to(tl.int64)
+    i_hq = i_h // HV_PER_QK
+    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    if n <= 0:  # a varlen slot past the last chunk
+        return
+    t0 = t0.to(tl.int64)
+    p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
+    p_v += i_b * s_vb + t0 * s_vt + i_h * s_vh
+    p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
+    p_w += i_b * s_wb + t0 * s_wt + i_h * s_wh
+    row0 = (i_b * T + t0) * H_V + i_h
+    p_G += row0
+    p_T += row0 * CHUNK
+    p_W += row0 * K
+    p_U += row0 * V
+
+    o_t = tl.arange(0, CHUNK)
+    m_t = o_t < n
+    o_k = tl.arange(0, BLOCK_K)
+    m_tk = m_t[:, None] & (o_k < K)[None, :]
+    o_v = tl.arange(0, BLOCK_V)
+    m_tv = m_t[:, None] & (o_v < V)[None, :]
+    # rows past the sequence end: T, k, v, β, w load as 0, so W and Ũ rows of real tokens are exact
+    b_T = tl.load(p_T + o_t[:, None] * (H_V * CHUNK) + o_t[None, :], mask=m_t[:, None], other=0.0)
+    b_G = tl.load(p_G + o_t * H_V, mask=m_t, other=0.0)
+    b_b = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
+    b_k = tl.load(p_k + o_t[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
+    DT = b_k.dtype
+    b_y = (b_k * (b_b * tl.exp2(b_G))[:, None]).to(DT)
+    b_W = tl.dot(b_T, b_y, input_precision=DOT_PRECISION)
+    tl.store(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], b_W.to(DT), mask=m_tk)
+    b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_b
+    b_x = (tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0) * b_w[:, None]).to(DT)
+    b_U = tl.dot(b_T, b_x, input_precision=DOT_PRECISION)
+    tl.store(p_U + o_t[:, None] * (H_V * V) + o_v[None, :], b_U.to(DT), mask=m_tv)
 
 
 # ----------------------------------------------------------------------------------------------- K2
@@ -306,7 +350,7 @@ def _state_pass_kernel(
 
     for c0 in range(0, L, CHUNK):
         if STORE_HS:
-            tl.store(p_hs + (c0 // CHUNK) * (H_V * V * K) + o_hk, b_st, mask=m_hk)
+            tl.store(p_hs + (c0 // CHUNK) * (H_V * V * K) + o_hk, b_st.to(p_hs.dtype.element_ty), mask=m_hk)
         o_t = c0 + o_c
         m_t = o_t < L
         o_t = o_t.to(tl.int64)
@@ -433,39 +477,47 @@ tile, and K2/K3's products are 64-row tiles."""
 class _Plan(NamedTuple):
     CHUNK: int
     BLOCK_K: int
-    BLOCK_V_ALL: int    # K1: all of V in one tile (Ũ = T (w ⊙ V) once per chunk)
-    BLOCK_V: int        # K2 (and K3) V rows per program
-    warps_prep: int
+    BLOCK_V_ALL: int    # K1b: all of V in one tile (Ũ = T (w ⊙ V) once per chunk)
+    BLOCK_V: int        # K2 V rows per program
+    BLOCK_V_OUT: int    # K3 V rows per program
+    warps_inv: int
+    warps_wy: int
     warps_scan: int
     stages_scan: int
     warps_out: int
     DOT_PRECISION: str
+    inv_product: bool = False  # K1a: diagonal blocks by the product form (no serial substitution)
+    hs_16bit: bool = False     # K2 → K3: chunk-start states in the input dtype instead of fp32
 
 
 @cached_plan
 def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
-    """Tiles and warps, from AOT compiles for sm_90 (B 8 T 4096 H 16 and T 300 with varlen, h0, final
-    state, write strength; K = V = 128; docs/notes/gated_delta.md, "Chunk-parallel forward"). Whole K in
-    every tile (one dot per product; K ≤ 256).
+    """Tiles and warps (K = V = 128 figures; docs/notes/gated_delta.md, "Chunk-parallel forward"). Whole K
+    in every tile (one dot per product; K ≤ 256).
 
-    - K1: 8 warps (177–179 registers, no spills; at 4 warps it sat at 255 and spilled 16–24 B/thread in
-      the varlen / odd-T specialisations).
-    - K2: 32-row V blocks, 8 warps (4 programs per (sequence, head): 512 at B 8 H 16). Fused: no software
-      pipelining (``num_stages=1``): 205–248 registers, no spills, every product a wgmma (the state held
-      transposed makes its update a 128-row tile). Candidates for the tuner, not defaults: 2 stages (the
-      next chunk's loads in flight; 255 registers: no spill at the bench shape, 24–64 B/thread with an odd
-      T or an initial state) and 64-row blocks (8 B at 1 stage, 280 B at 2). Unfused: 2 stages, 173–183
-      registers.
-    - K3: 32 rows, 4 warps, 196–204 registers.
-    - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90 (K1
-      ~4.8 KB/thread): correct but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
+    - K1a (T): 4 warps — a small kernel, several programs per SM so their serial substitutions overlap.
+    - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product.
+    - K2 unfused: 32-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight): 443 µs at B 8 T
+      4096 H 16 on the H100 against 814 µs at 8 warps and 530 µs with 64-row blocks (the scan is bound by
+      the chunk-state stores: 537 MB of fp32 states). Fused: 8 warps, 1 stage (205–248 registers; 2 stages
+      or 64-row blocks spill).
+    - K3: 64-row V blocks, 4 warps (483 µs against 595 µs with 32 rows, same run).
+    - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
+      but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
     The interpreter takes the requested chunk and one warp."""
     block_k = next_pow2(max(K, 16))
     block_v_all = next_pow2(max(V, 16))
     if interpreter_active():
-        return _Plan(chunk_size, block_k, block_v_all, min(block_v_all, 32), 1, 1, 1, 1, "ieee")
-    block_v = min(block_v_all, 16 if fp32 else 32)
-    return _Plan(GPU_CHUNK, block_k, block_v_all, block_v, 8, 8, 1 if fused else 2, 4, "ieee")
+        bv = min(block_v_all, 32)
+        return _Plan(chunk_size, block_k, block_v_all, bv, bv, 1, 1, 1, 1, 1, "ieee")
+    if fp32:
+        bv = min(block_v_all, 16)
+        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 1 if fused else 2, 4, "ieee")
+    if fused:
+        bv = min(block_v_all, 32)
+        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 4, 4, 8, 1, 4, "ieee")
+    return _Plan(GPU_CHUNK, block_k, block_v_all, min(block_v_all, 32), min(block_v_all, 64), 4, 4, 4, 2, 4,
+                 "ieee")
 
 
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.Tensor, ...]:
@@ -492,7 +544,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         *, scale: float, initial_state: torch.Tensor | None, output_final_state: bool,
                         cu_seqlens: torch.Tensor | None, chunk_size: int = 64,
                         write_strength: torch.Tensor | None = None, fuse_output: bool = True,
-                        store_states: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+                        store_states: bool = False,
+                        need_output: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
     """The chunk-parallel forward (inputs validated by the caller, as for ``gated_delta_prefill_fwd``).
 
     Args:
@@ -503,6 +556,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         fuse_output: compute o inside the state scan (K1 + K2: no chunk-state round trip) instead of in a
             third, fully parallel kernel (K1 + K2 + K3, the chunk-start states through memory in fp32).
         store_states: also keep the chunk-start states when fusing (the unfused path always has them).
+        need_output: False skips the output (unfused only: K1 + K2, for a backward that recomputes the
+            forward's intermediates); o is then None.
 
     Returns:
         ``(o, final_state, saved)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]``
@@ -514,6 +569,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         chunk unwritten) or None, ``v_new`` ``[B, T, H_v, V]`` (input dtype, ``U = Ũ − W S₀ᵀ``) or None
         when fused, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense: ``n · cdiv(T, C)``).
     """
+    if fuse_output and not need_output:
+        raise ValueError("need_output=False requires fuse_output=False (the fused scan computes o anyway)")
     B, T, H_qk, K = q.shape
     H_v, V = v.shape[2], v.shape[3]
     dev = v.device
@@ -535,22 +592,31 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         slots_per_row = n_slots
 
     G = empty((B, T, H_v), dtype=torch.float32, device=dev)
+    Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
     W = empty((B, T, H_v, K), dtype=dt, device=dev)
     U = empty((B, T, H_v, V), dtype=dt, device=dev)
-    launch(_chunk_prep_kernel, (slots_per_row, H_v, B),
-           k, v, g, beta, w, cs, ce, G, W, U,
-           k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-           g.stride(0), g.stride(1), g.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
-           w.stride(0), w.stride(1), w.stride(2),
+    launch(_chunk_inverse_kernel, (slots_per_row, H_v, B),
+           k, g, beta, cs, ce, G, Tm,
+           k.stride(0), k.stride(1), k.stride(2), g.stride(0), g.stride(1), g.stride(2),
+           beta.stride(0), beta.stride(1), beta.stride(2),
            T, H_v // H_qk,
-           num_warps=plan.warps_prep, H_V=H_v, K=K, V=V, SUB=chunk // 4, BLOCK_K=block_k,
-           BLOCK_V=plan.BLOCK_V_ALL,
+           num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
+           IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision)
+    launch(_chunk_wy_kernel, (slots_per_row, H_v, B),
+           k, v, beta, w, G, Tm, cs, ce, W, U,
+           k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+           beta.stride(0), beta.stride(1), beta.stride(2), w.stride(0), w.stride(1), w.stride(2),
+           T, H_v // H_qk,
+           num_warps=plan.warps_wy, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=plan.BLOCK_V_ALL,
            IS_VARLEN=cu_seqlens is not None, HAS_W=write_strength is not None, DOT_PRECISION=precision)
 
     o = empty((B, T, H_v, V), dtype=dt, device=dev)
     ht = empty((n_seq, H_v, V, K) if output_final_state else (0,), dtype=torch.float32, device=dev)
     keep_h = store_states or not fuse_output
-    hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=torch.float32, device=dev)
+    # the chunk-start states K3 reads: fp32, or (plan.hs_16bit, when only K3 needs them) rounded to the
+    # input dtype — half the bytes of K2's stores and K3's loads, the output's Q S₀ᵀ term then as fla has it
+    hs_16 = plan.hs_16bit and need_output and not store_states and not fuse_output
+    hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=dt if hs_16 else torch.float32, device=dev)
     vn = empty((B, T, H_v, V) if not fuse_output else (0,), dtype=dt, device=dev)
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
@@ -564,14 +630,14 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
            STORE_HS=keep_h, FUSE_O=fuse_output, SPLIT_STATE=not fp32, SPLIT_O=not fp32,
            DOT_PRECISION=precision)
-    if not fuse_output:
-        launch(_chunk_output_kernel, (n_v, slots_per_row, B * H_v),
+    if not fuse_output and need_output:
+        launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
                q, k, G, hs, vn, cs, ce, o,
                q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                o.stride(0), o.stride(1), o.stride(2),
                T, nt, scale, H_v // H_qk,
-               num_warps=plan.warps_out, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=block_v,
-               IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not fp32, DOT_PRECISION=precision)
-    saved = {"chunk": chunk, "G": G, "W": W, "U_tilde": U, "h": hs if keep_h else None,
+               num_warps=plan.warps_out, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=plan.BLOCK_V_OUT,
+               IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not (fp32 or hs_16), DOT_PRECISION=precision)
+    saved = {"chunk": chunk, "G": G, "T": Tm, "W": W, "U_tilde": U, "h": hs if keep_h else None,
              "v_new": vn if not fuse_output else None, "chunk_offsets": coff}
-    return o, (ht if output_final_state else None), saved
+    return (o if need_output else None), (ht if output_final_state else None), saved
