@@ -407,10 +407,14 @@ def test_sm90_decode_compiles_without_spills():
     from kernelworks.inspect import inspect_op
 
     reports = inspect_op(DECODE_ATTENTION_SPEC, "b8-ctx32k-gqa4", "sm_90")
-    assert {r.name for r in reports} == {"_decode_split_kernel", "_decode_combine_kernel"}
+    assert {r.name for r in reports} == {"_decode_paged_kernel", "_decode_combine_kernel"}
     assert all(r.spill_bytes == 0 for r in reports)
-    split = next(r for r in reports if r.name == "_decode_split_kernel")
+    split = next(r for r in reports if r.name == "_decode_paged_kernel")
     assert split.grid[0] > 1, "one batch of 8 × 8 KV heads should split the context"
+    # K and V tiles (64 keys × 128 × bf16 = 16 KiB each) double-buffered by the pipeliner: > 64 KiB shared
+    # (a table read in the same iteration as the K/V loads made them single-buffered: 38.5 KiB)
+    assert split.shared_bytes >= 4 * 64 * 128 * 2, split.shared_bytes
+    assert split.occupancy.blocks_per_sm >= 3
 
 
 # ------------------------------------------------------------------------------------------------- GPU

@@ -4,12 +4,14 @@ CPU tests run under Triton's interpreter (fp16/fp32: the interpreter mis-compute
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 from kernelworks.check.compare import compare
 from kernelworks.inspect import inspect_op
-from kernelworks.ops.gemm import FP8_MATMUL_SPEC, GROUPED_MATMUL_SPEC, MATMUL_SPEC, reference
+from kernelworks.ops.gemm import FP8_MATMUL_SPEC, GROUPED_MATMUL_SPEC, MATMUL_SPEC, forward, reference
 from kernelworks.ops.gemm.api import matmul
 from kernelworks.ops.gemm.forward import Plan, forced_plan, matmul_plan
 from kernelworks.ops.gemm.fp8 import fp8_matmul
@@ -202,14 +204,78 @@ def test_plan_takes_the_tile_with_fewer_rounds():
 
 def test_forced_plan_overrides_the_default():
     """``forced_plan`` (the config sweep's hook): another tiling and split-K give the same product; a TMA
-    plan where the Hopper kernel cannot run (the interpreter) is refused, naming the plan."""
+    plan for operands the Hopper kernel cannot read (a row stride of 150 fp16 = 300 B, not 16-byte
+    aligned) is refused, naming the plan."""
     torch.manual_seed(11)
     a, b = _rand(20, 160, dtype=F16), _rand(160, 40, dtype=F16, scale=160 ** -0.5)
     with forced_plan(Plan(False, 16, 16, 32, 4, 1, SPLIT_K=4)):
         out = matmul(a, b)
     _check(out, {"a": a, "b": b}, F16)
+    a_odd = _rand(20, 150, dtype=F16)[:, :144]
     with forced_plan(Plan(True, 64, 64, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
-        matmul(a, b)
+        matmul(a_odd, b[:144])
+
+
+@pytest.mark.parametrize("act,bias,res", [(None, False, False), ("gelu", True, True), ("swiglu", True, True)])
+@pytest.mark.parametrize("split", [2, 3, 5])
+def test_inline_split_k_matches_two_launch_reduction_bitwise(split, act, bias, res):
+    """The in-launch reduction (last split of a tile sums the partials in split order) gives the very bits
+    of the two-launch one, whatever split arrives last; every counter is back at 0 afterwards (the next
+    launch reuses them); the epilogue (bias, activation, swiglu halves, residual) runs once, in the last
+    split. K = 160 → 5 K blocks of 32: split 3 is uneven (2, 2, 1)."""
+    torch.manual_seed(13)
+    n = 48 if act == "swiglu" else 40
+    kw = {"a": _rand(20, 160, dtype=F16), "b": _rand(160, n, dtype=F16, scale=160 ** -0.5)}
+    if bias:
+        kw["bias"] = _rand(n, dtype=F16)
+    if act:
+        kw["activation"] = act
+    if res:
+        kw["residual"] = _rand(20, n // 2 if act == "swiglu" else n, dtype=F16)
+    outs = []
+    for inline in (True, False):
+        with poison_outputs(), forced_plan(Plan(False, 16, 16, 32, 4, 1, SPLIT_K=split, SPLIT_INLINE=inline)):
+            outs.append(matmul(**kw))
+    assert torch.equal(outs[0], outs[1])
+    _check(outs[0], kw, F16)
+    assert all(int(t.abs().sum()) == 0 for t in forward._LOCKS.values())
+
+
+@pytest.mark.parametrize("split,flatten", [(1, True), (3, True), (4, False), (5, False)])
+@pytest.mark.parametrize("act", [None, "swiglu"])
+def test_hopper_kernel_split_k_under_interpreter(split, flatten, act):
+    """The TMA kernel's split-K (work units = tile × split, the last split of a tile reduces) forced under
+    the interpreter, which runs device descriptors: uneven splits, more units than programs would be on a
+    GPU, swiglu's two accumulators, bias and residual in the last split only; bit-equal to the pointer
+    kernel's split-K with the same split (the same partials summed in the same order)."""
+    torch.manual_seed(14)
+    n = 64 if act == "swiglu" else 48
+    kw = {"a": _rand(20, 160, dtype=F16), "b": _rand(n, 160, dtype=F16, scale=160 ** -0.5).t(),
+          "bias": _rand(n, dtype=F16), "residual": _rand(20, n // 2 if act == "swiglu" else n, dtype=F16)}
+    if act:
+        kw["activation"] = act
+    with poison_outputs(), forced_plan(Plan(True, 16, 32, 32, 4, 1, SPLIT_K=split, FLATTEN=flatten)):
+        out = matmul(**kw)
+    _check(out, kw, F16)
+    with poison_outputs(), forced_plan(Plan(False, 16, 32, 32, 4, 1, SPLIT_K=split)):
+        ptr = matmul(**kw)
+    if split > 1:
+        assert torch.equal(out, ptr)
+    assert all(int(t.abs().sum()) == 0 for t in forward._LOCKS.values())
+
+
+def test_decode_split_fills_one_wave():
+    """Split-K for decode: the most splits that still run in one wave of 132 SMs, ≥ 4 K blocks each."""
+    assert forward.decode_split(32, 4096, 128, 132) == 4    # 8B o, M=64 (64×128 tiles): 128 units
+    assert forward.decode_split(48, 4096, 128, 132) == 2    # 8B qkv: 96 (3 would be 144 > 132)
+    assert forward.decode_split(80, 8192, 128, 132) == 1    # 70B qkv
+    assert forward.decode_split(224, 4096, 128, 132) == 1   # 8B gate_up: already > 1 wave
+    assert forward.decode_split(8, 1024, 128, 132) == 2     # 8 K blocks: ≥ 4 per split
+    with planning_for_gpu((9, 0)):
+        p64 = matmul_plan(64, 4096, 4096, 1, 2, False, True, 132)
+        p16 = matmul_plan(16, 6144, 4096, 1, 2, False, True, 132)
+    assert (p64.tma, p64.BLOCK_M, p64.BLOCK_N, p64.SPLIT_K, p64.SPLIT_INLINE) == (False, 64, 128, 4, True)
+    assert (p16.BLOCK_N, p16.BLOCK_K, p16.SPLIT_K) == (64, 256, 1)  # 96 tiles: no split, long K steps
 
 
 def test_fp8_block_scales_cost_one_fma_per_element_per_k_block():
@@ -245,12 +311,32 @@ def test_hopper_warp_specialized_config_compiles():
     assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
 
 
-def test_decode_takes_split_k_pointer_path_for_sm90():
-    reports = inspect_op(MATMUL_SPEC, "llama3_8b-down-M1", "sm_90")
-    names = [r.name for r in reports]
-    assert names == ["_matmul_kernel", "_splitk_reduce_kernel"]
-    assert reports[0].grid[1] > 1  # K is split
-    assert all(r.spill_bytes == 0 for r in reports)
+@pytest.mark.parametrize("name", ["llama3_8b-down-M1", "llama3_8b-o-M64", "llama3_8b-qkv-M64"])
+def test_decode_takes_split_k_pointer_path_for_sm90(name):
+    """Decode splits K in ONE launch: partial stores, a CTA barrier, then the acq_rel arrival atomic (the
+    order the reduction's correctness rests on); no spills (the rolled reduction loop: 64×128 tiles at 4
+    warps spilled 656 B when the partial loads were unrolled)."""
+    (r,) = inspect_op(MATMUL_SPEC, name, "sm_90")
+    assert r.name == "_matmul_kernel" and r.grid[1] > 1  # K is split
+    assert r.spill_bytes == 0
+    ptx = r.ptx
+    atom = ptx.index("atom.global.gpu.acq_rel.add")
+    assert ptx.count("atom.global") == 1
+    assert "bar.sync" in ptx[ptx.rindex("st.global.cg", 0, atom):atom]
+
+
+@pytest.mark.parametrize("plan", [Plan(True, 64, 128, 128, 4, 4, SPLIT_K=4, FLATTEN=False),
+                                  Plan(True, 64, 128, 128, 4, 4, SPLIT_K=4),
+                                  Plan(True, 64, 64, 128, 4, 6, SPLIT_K=4, FLATTEN=False)], ids=str)
+def test_hopper_split_k_compiles_for_sm90(plan):
+    """The TMA kernel's split-K candidates (forced) compile for sm_90: wgmma, the arrival atomic, no spills,
+    shared memory within the 227 KB a block may take; the grid covers tile × split units."""
+    with forced_plan(plan):
+        (r,) = inspect_op(MATMUL_SPEC, "llama3_8b-o-M64", "sm_90")
+    assert r.name == "_matmul_tma_kernel" and r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+    assert "atom.global.gpu.acq_rel.add" in r.ptx
+    assert r.shared_bytes <= 227 * 1024
+    assert r.grid[0] == min(132, 4096 // plan.BLOCK_N * 4)
 
 
 def test_misaligned_operand_falls_back_to_pointer_path():
@@ -308,6 +394,7 @@ def _fp8(*shape):
     ({"bias": torch.zeros(3)}, ValueError, "bias"),
     ({"activation": "tanh"}, ValueError, "activation"),
     ({"out_dtype": torch.int32}, TypeError, "out_dtype"),
+    ({"fast_accum": 1}, TypeError, "fast_accum"),
 ])
 def test_fp8_bad_input(kwargs, exc, name):
     kw = {"a": _fp8(4, 256), "b": _fp8(64, 256).t(), "scale_a": torch.ones(()), "scale_b": torch.ones(()),
@@ -334,7 +421,31 @@ def test_fp8_compiles_for_sm90(name):
     if c["M"] > 64:
         assert len(tma) == 1 and tma[0].mix.count("QGMMA") > 0
     else:
-        assert [r.name for r in reports] == ["_matmul_kernel", "_splitk_reduce_kernel"]
+        assert [r.name for r in reports] == ["_matmul_kernel"]  # split K reduced in the same launch
+
+
+@pytest.mark.parametrize("name", ["8192-tensor-fast_accum", "8192-row-fast_accum",
+                                  "256x512x512-tensor-swiglu-fast_accum"])
+def test_fp8_fast_accum_plan_compiles_for_sm90(name):
+    """``fast_accum=True``: no promotion (``MAX_IMPRECISE`` None), so 128×256×128 tiles with 4 stages fit
+    (224 KB of shared memory, no spills); swiglu's two accumulators take 128×128."""
+    (r,) = inspect_op(FP8_MATMUL_SPEC, name, "sm_90")
+    assert r.name == "_matmul_tma_kernel" and r.constexprs["MAX_IMPRECISE"] is None
+    assert r.spill_bytes == 0 and r.mix.count("QGMMA") > 0 and r.shared_bytes <= 227 * 1024
+    assert r.constexprs["BLOCK_N"] == (128 if "swiglu" in name else 256)
+
+
+def test_fp8_fast_accum_plans():
+    """The option reaches the plan for per tensor/row scales; block scales ignore it (each 128-K block is
+    folded into fp32 anyway); the default keeps promotion."""
+    with planning_for_gpu((9, 0)):
+        fast = matmul_plan(8192, 8192, 8192, 1, 1, False, True, 132, False, True)
+        block = matmul_plan(8192, 8192, 8192, 1, 1, False, True, 132, True, True)
+        default = matmul_plan(8192, 8192, 8192, 1, 1, False, True, 132, False, False)
+        decode = matmul_plan(16, 4096, 14336, 1, 1, False, True, 132, False, True)
+    assert (fast.BLOCK_N, fast.FAST_ACCUM) == (256, True)
+    assert not block.FAST_ACCUM and not default.FAST_ACCUM and default.BLOCK_N == 128
+    assert decode.FAST_ACCUM and not decode.tma
 
 
 @pytest.mark.gpu
@@ -350,6 +461,44 @@ def test_gpu_fp8_matches_reference(scaling, mnk):
     res = compare("out", out, reference.fp8_matmul(**up), reference.fp8_matmul(**kw), default_tolerance(BF16),
                   expected_dtype=BF16)
     assert res.passed, res
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("mnk", [(64, 4096, 8192), (2048, 2048, 8192), (16, 4096, 14336)])
+def test_gpu_fp8_fast_accum_within_tolerance(scaling, mnk):
+    """Fast accumulation (no fp32 promotion over K = 8192–14336) stays within the spec's bf16 tolerance of
+    the float64 reference, and the default (promoted) path is at least as accurate in relative L2."""
+    m, n, k = mnk
+    c = case("gpu", E4M3, M=m, N=n, K=k, scaling=scaling)
+    torch.manual_seed(9)
+    kw = FP8_MATMUL_SPEC.inputs(c, DEVICE)
+    up = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    ref, base = reference.fp8_matmul(**up), reference.fp8_matmul(**kw)
+    fast = compare("out", fp8_matmul(**kw, fast_accum=True), ref, base, default_tolerance(BF16),
+                   expected_dtype=BF16)
+    slow = compare("out", fp8_matmul(**kw), ref, base, default_tolerance(BF16), expected_dtype=BF16)
+    assert fast.passed, fast
+    assert slow.passed and slow.rel_l2 <= fast.rel_l2 * 1.05, (slow, fast)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [None, Plan(False, 64, 128, 128, 4, 4, SPLIT_K=4),
+                                  Plan(True, 64, 128, 128, 4, 4, SPLIT_K=4, FLATTEN=False),
+                                  Plan(True, 64, 64, 128, 4, 6, SPLIT_K=3)], ids=str)
+def test_gpu_decode_split_k_is_deterministic(plan):
+    """bf16 decode at M = 64 (Llama-3 8B o: 32 output tiles) with K split in one launch, default and forced
+    TMA/pointer plans: within 2× cuBLAS's error, and bit-identical over repeated calls (the arrival order of
+    the splits varies run to run; the summation order does not)."""
+    torch.manual_seed(15)
+    kw = {"a": _rand(64, 4096, dtype=BF16), "b": _rand(4096, 4096, dtype=BF16, scale=4096 ** -0.5).t(),
+          "bias": _rand(4096, dtype=BF16)}
+    with contextlib.ExitStack() as stack:
+        if plan is not None:
+            stack.enter_context(forced_plan(plan))
+        outs = [matmul(**kw) for _ in range(5)]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    _check(outs[0], kw, BF16)
 
 
 # --------------------------------------------------------------------------------------------- grouped

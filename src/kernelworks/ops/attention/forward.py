@@ -13,7 +13,10 @@ edge, the sequence's last partial block: masked). Blocks outside the band are ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -23,6 +26,7 @@ from kernelworks.ops._math import tanh
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import gpu_capability, interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 
 LN2 = tl.constexpr(0.6931471805599453)
 """ln 2: ``log(x) == log2(x) · LN2``."""
@@ -156,6 +160,34 @@ def _fwd_inner(b_acc, b_m, b_l, b_q, p_k, p_v, stride_ks, stride_vs, o_i, o_d, m
     return b_acc, b_m, b_l
 
 
+
+@triton.jit
+def _fwd_inner_tma(b_acc, b_m, b_l, b_q, d_k, d_v, o_i, lo, hi, len_k, off, left, right, qk_scale, softcap_log2,
+                   MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+                   BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """:func:`_fwd_inner` with K/V read through tensor descriptors (TMA, Hopper): ``d_k``/``d_v`` cover
+    the sequence's ``[len_k, head_dim]`` rows of one KV head with ``[BLOCK_N, BLOCK_D]`` boxes; rows past
+    ``len_k`` and columns past ``head_dim`` arrive as zeros, so no load needs a mask (scores still do).
+    WARP_SPEC: Triton's warp-specialised loop (a producer warp issues the TMA loads)."""
+    o_nb = tl.arange(0, BLOCK_N)
+    for n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        o_n = n + o_nb
+        b_k = d_k.load([n, 0])
+        b_s, _ = scores(tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
+        if MASK:
+            m_s = band_mask(o_i, o_n, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
+            b_s = tl.where(m_s, b_s, float("-inf"))
+        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+        b_m_use = tl.where(b_m_new == float("-inf"), 0.0, b_m_new) if MASK else b_m_new
+        b_p = tl.exp2(b_s - b_m_use[:, None])
+        b_alpha = tl.exp2(b_m - b_m_use)
+        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        b_v = d_v.load([n, 0])
+        b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=DOT_PREC)
+        b_m = b_m_new
+    return b_acc, b_m, b_l
+
+
 @triton.jit
 def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
@@ -163,13 +195,15 @@ def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
                      seqlen_q, seqlen_k, n_heads, group, head_dim, qk_scale, softcap_log2, left, right,
                      IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr,
+                     TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False):
     """``o[b, i, h] = Σ_j softmax_j(s[b, h, i, j]) · v[b, j, h // group]``, ``lse[b, h, i] = log Σ_j e^s``.
 
     q, o ``[B, Sq, Hq, D]``, k, v ``[B, Sk, Hkv, D]`` (unit stride on D, any other strides; varlen: B = 1
     and rows located through ``cu_seqlens``), lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, total_q]``,
     ``stride_lb`` 0). Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``; blocks taken last-first so the
-    longest causal rows start first.
+    longest causal rows start first. TMA (a plan option, Hopper only): K/V through tensor descriptors
+    (:func:`_fwd_inner_tma`; WARP_SPEC its warp-specialised loop).
     """
     i_m = tl.num_programs(0) - 1 - tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -199,15 +233,30 @@ def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
     b_l = tl.zeros([BLOCK_M], dtype=tl.float32)
     b_acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, a, b, hi = band(m0, BLOCK_M, BLOCK_N, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
-    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
-                                 lo, a, len_k, off, left, right, qk_scale, softcap_log2,
-                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
-    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
-                                 a, b, len_k, off, left, right, qk_scale, softcap_log2,
-                                 False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
-    b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
-                                 b, hi, len_k, off, left, right, qk_scale, softcap_log2,
-                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+    if TMA:
+        d_k = tl.make_tensor_descriptor(p_kh, shape=[len_k, head_dim], strides=[stride_ks, 1],
+                                        block_shape=[BLOCK_N, BLOCK_D])
+        d_v = tl.make_tensor_descriptor(p_vh, shape=[len_k, head_dim], strides=[stride_vs, 1],
+                                        block_shape=[BLOCK_N, BLOCK_D])
+        b_acc, b_m, b_l = _fwd_inner_tma(b_acc, b_m, b_l, b_q, d_k, d_v, o_m, lo, a, len_k, off, left, right,
+                                         qk_scale, softcap_log2, True, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_N,
+                                         DOT_PREC, False)
+        b_acc, b_m, b_l = _fwd_inner_tma(b_acc, b_m, b_l, b_q, d_k, d_v, o_m, a, b, len_k, off, left, right,
+                                         qk_scale, softcap_log2, False, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_N,
+                                         DOT_PREC, WARP_SPEC)
+        b_acc, b_m, b_l = _fwd_inner_tma(b_acc, b_m, b_l, b_q, d_k, d_v, o_m, b, hi, len_k, off, left, right,
+                                         qk_scale, softcap_log2, True, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_N,
+                                         DOT_PREC, False)
+    else:
+        b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                     lo, a, len_k, off, left, right, qk_scale, softcap_log2,
+                                     True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+        b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                     a, b, len_k, off, left, right, qk_scale, softcap_log2,
+                                     False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
+        b_acc, b_m, b_l = _fwd_inner(b_acc, b_m, b_l, b_q, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d,
+                                     b, hi, len_k, off, left, right, qk_scale, softcap_log2,
+                                     True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_N, DOT_PREC)
 
     # rows that saw no key (a window or causal mask with Sq > Sk): o = 0, lse = -inf
     m_seen = b_l > 0.0
@@ -232,6 +281,30 @@ class FwdPlan:
     BLOCK_D: int
     num_warps: int
     num_stages: int
+    TMA: bool = False
+    """K/V through tensor descriptors (Hopper; :func:`_fwd_inner_tma`). Off by default until measured."""
+    WARP_SPEC: bool = False
+    """With TMA: the unmasked key loop warp-specialised (``tl.range(..., warp_specialize=True)``)."""
+
+
+_FORCED_FWD: ContextVar[dict | None] = ContextVar("kernelworks_attention_forced_fwd_plan", default=None)
+_FWD_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPEC")
+
+
+@contextmanager
+def forced_fwd_plan(**knobs: object) -> Iterator[None]:
+    """Within the block, forward launches take these knobs (``BLOCK_M``, ``BLOCK_N``, ``num_warps``,
+    ``num_stages``, ``TMA``, ``WARP_SPEC``) over :func:`fwd_plan`'s choice (GPU sweeps:
+    ``_scratch_dbg/attn_fwd_sweep.py``; tests). ``TMA`` where descriptors are unavailable (no Hopper, the
+    interpreter) or the strides do not allow them raises ``ValueError`` at launch."""
+    bad = set(knobs) - set(_FWD_KNOBS)
+    if bad:
+        raise ValueError(f"forced_fwd_plan: unknown knobs {sorted(bad)}; expected some of {_FWD_KNOBS}")
+    token = _FORCED_FWD.set(dict(knobs))
+    try:
+        yield
+    finally:
+        _FORCED_FWD.reset(token)
 
 
 @cached_plan
@@ -282,6 +355,18 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
         qs, ks, vs, os_ = q.stride(), k.stride(), v.stride(), o.stride()
         ls = (lse.stride(0), lse.stride(1))
     plan = fwd_plan(d, q.dtype == torch.float32, gpu_capability())
+    forced = _FORCED_FWD.get()
+    if forced:
+        plan = replace(plan, **forced)
+    extra = {}
+    if plan.TMA:
+        # descriptors: 16-byte aligned row strides and bases, a Hopper GPU (or an sm_90 plan)
+        if not tma_available():
+            raise ValueError("forced_fwd_plan: TMA needs a Hopper GPU (tma_available() is False)")
+        if any((t.stride(-3 if varlen else 1) * t.element_size()) % 16 or t.data_ptr() % 16 for t in (k, v)):
+            raise ValueError("forced_fwd_plan: TMA needs 16-byte aligned k/v rows")
+        ensure_tma_allocator()
+        extra = dict(TMA=True, WARP_SPEC=plan.WARP_SPEC)
     if softcap > 0:
         qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
     else:
@@ -294,5 +379,5 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
                sq, sk, hq, hq // hkv, d, qk_scale, softcap_log2, left, right,
                num_warps=plan.num_warps, num_stages=plan.num_stages, IS_VARLEN=varlen, HAS_LEFT=left >= 0,
                HAS_RIGHT=right >= 0, SOFTCAP=softcap > 0, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-               BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D, DOT_PREC=dot_precision(q.dtype))
+               BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D, DOT_PREC=dot_precision(q.dtype), **extra)
     return o, lse

@@ -6,7 +6,10 @@ Paths (:func:`matmul_plan`):
   ``A`` with a 2-D ``B`` is flattened when its rows merge), ``M > 64``, K > 0, each operand with a unit
   stride in one dimension and 16-byte aligned base and other stride, output rows of a multiple of 16 bytes.
 * ``tiled`` — the pointer kernel (``tiled.py``) everywhere else: the interpreter, Ampere, batched products,
-  odd layouts, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs.
+  odd layouts, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs
+  (:func:`decode_split`). Split-K partials are reduced inside the same launch by the split that finishes
+  last for each tile (deterministic: summed in split order; ``Plan.SPLIT_INLINE``), or by a second launch.
+  The Hopper kernel can split K the same way (``Plan(tma=True, SPLIT_K=…)``, a forced plan for now).
 
 The launcher decides whether the operands are TMA-readable; the plan decides whether to use it (so a forced
 plan, :func:`forced_plan`, may put decode shapes on the Hopper kernel).
@@ -35,6 +38,10 @@ from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 DECODE_M = 64
 """Products with at most this many rows take the decode bucket (small BLOCK_M, split-K)."""
 
+INLINE_SPLIT_K = True
+"""Default plans reduce split-K partials inside the GEMM launch (``tiled.splitk_fixup``: the last split of
+a tile sums them); False returns to the session-2 second launch (``_splitk_reduce_kernel``)."""
+
 GROUP_M = 8
 """Tile-rows per group in the grouped tile order (L2 reuse)."""
 
@@ -58,6 +65,10 @@ class Plan:
     """fp8 per-tensor/row: let wgmma accumulate the whole K chain without promotion to fp32 every BLOCK_K
     (``torch._scaled_mm(use_fast_accum=True)``): no second fp32 tile, so 128×256 tiles fit, at the cost of
     fp8 wgmma's reduced-precision accumulation over long K."""
+    SPLIT_INLINE: bool = True
+    """``SPLIT_K > 1``: reduce the partials in the same launch (the last split of each tile, counted by an
+    atomic per tile, sums them in split order) instead of a second ``_splitk_reduce_kernel`` launch. The
+    Hopper kernel always reduces inline."""
 
 
 _FORCED_PLAN: ContextVar[Plan | None] = ContextVar("kernelworks_gemm_forced_plan", default=None)
@@ -75,12 +86,31 @@ def forced_plan(plan: Plan) -> Iterator[None]:
         _FORCED_PLAN.reset(token)
 
 
+def decode_split(tiles: int, k: int, block_k: int, n_sms: int, *, min_blocks: int = 4,
+                 max_split: int = 16) -> int:
+    """K splits for a decode product of ``tiles`` output tiles (bandwidth-bound on B): the most that still
+    run in ONE wave (``tiles · split ≤ SMs``), each split keeping ≥ ``min_blocks`` K blocks (pipeline
+    depth). Why one wave and no more — the H200 sweep (docs/notes/gemm.md), device time with the L2
+    flushed: a decode CTA streams B at ~40–65 B/ns, so ~60–80 CTAs already saturate HBM (70B qkv M=64:
+    80 tiles of 64×128, no split, 3.1 TB/s over 168 MB); with fewer the kernel is CTA-bound (8B o M=64,
+    32 tiles: 1.4 TB/s); past one wave a split only adds partial traffic (8B qkv M=64: 25.1 µs at 96
+    units, 31.4 at 192; 70B qkv M=64 53.6 at 80, 63.6 at 320). E.g. on 132 SMs at M = 64 (64×128 tiles):
+    8B o and down (32 tiles) → 4, qkv (48) → 2, 70B o / down (64) → 2, 70B qkv (80) → 1; M ≤ 16 (16×64):
+    8B o / down (64) → 2, qkv (96) → 1."""
+    k_blocks = max(1, cdiv(k, block_k))
+    split = 1
+    while (split < max_split and tiles * (split + 1) <= n_sms
+           and cdiv(k_blocks, split + 1) >= min_blocks):
+        split += 1
+    return split
+
+
 @cached_plan
 def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, tma_ok: bool,
-                n_sms: int, block_scaled: bool = False) -> Plan:
+                n_sms: int, block_scaled: bool = False, fast_accum: bool = False) -> Plan:
     """The default plan for a ``[batch, m, k] @ [batch, k, n(·2 gated)]`` product of ``itemsize``-byte
-    inputs (1: fp8, ``block_scaled`` with 128-wide K blocks); ``tma_ok``: the operands qualify for the
-    Hopper path (layout and alignment)."""
+    inputs (1: fp8, ``block_scaled`` with 128-wide K blocks, ``fast_accum``: no fp32 promotion inside the
+    K loop); ``tma_ok``: the operands qualify for the Hopper path (layout and alignment)."""
     if interpreter_active():
         # The interpreter runs each program's dots in numpy: few, small programs keep the CPU tests fast;
         # decode-sized cases split K so the split-K path is exercised on the CPU too.
@@ -89,7 +119,7 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
         return Plan(False, bm, 32, 32, 4, 1, SPLIT_K=split)
     fp32 = itemsize == 4
     if itemsize == 1:
-        return _fp8_plan(m, n, k, batch, gated, tma_ok, n_sms, block_scaled)
+        return _fp8_plan(m, n, k, batch, gated, tma_ok, n_sms, block_scaled, fast_accum)
     if m <= DECODE_M:
         # Memory-bound on B: one tile-row of A, B streamed once in long K steps. Measured on an H200
         # (benchmarks/sweeps/matmul_configs.py): M ≤ 16 best on 64×256 K steps with 3 stages (8B gate_up
@@ -97,12 +127,10 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
         bm = max(16, next_pow2(m))
         bn, bk, stages = (64, 64, 3) if fp32 else ((64, 128, 4) if m <= 16 else (128, 128, 4))
         tiles = cdiv(m, bm) * cdiv(n, bn) * batch
-        split = 1
-        while tiles * split < n_sms and k // (2 * split) >= 4 * bk and split < 16:
-            split *= 2
+        split = decode_split(tiles, k, bk, n_sms)
         if split == 1 and m <= 16 and not fp32:  # enough tiles without splitting K: longer K steps
             bk, stages = 256, 3  # (the split-K reduction kernel's partials spill 8 B with them)
-        return Plan(False, bm, bn, bk, 4, stages, SPLIT_K=split)
+        return Plan(False, bm, bn, bk, 4, stages, SPLIT_K=split, SPLIT_INLINE=INLINE_SPLIT_K)
     if tma_ok:
         if fp32:  # TF32 (or IEEE) wgmma: 4-byte operands, half the K per stage
             return Plan(True, 128, 128, 32, 8, 3, EPI_SPLIT=2)
@@ -129,21 +157,27 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
 
 
 def _fp8_plan(m: int, n: int, k: int, batch: int, gated: bool, tma_ok: bool, n_sms: int,
-              block_scaled: bool) -> Plan:
+              block_scaled: bool, fast_accum: bool) -> Plan:
     """fp8: BLOCK_K 128 (fp8 wgmma takes K in 32s; 128 is also the block-scale granularity). Either way a
     second fp32 tile is live next to the accumulator — the block's product before it is scaled (block
     scales) or the wgmma chain promoted into fp32 every BLOCK_K (per tensor/row) — so tiles are 128×128
     (128×256 spills: 255 registers + 64 B stack at 8 warps, AOT for sm_90) and 128×64 with swiglu's
-    second accumulator."""
+    second accumulator. ``fast_accum`` (per tensor/row only; block scales always fold each K block into
+    fp32): no promotion, no second tile → 128×256×128, 8 warps, 4 stages (H200 sweep at 8192³ per tensor:
+    1485 TFLOP/s vs ``_scaled_mm`` 1332 default / 1311 fast, same error as ``_scaled_mm``'s fast mode;
+    3 stages 1473); swiglu's two accumulators → 128×128 (not measured)."""
+    fast = fast_accum and not block_scaled
     if m <= DECODE_M:
-        split = 1
-        tiles = cdiv(m, 16) * cdiv(n, 64) * batch
-        while tiles * split < n_sms and k // (2 * split) >= 4 * 128 and split < 16:
-            split *= 2
-        return Plan(False, max(16, next_pow2(m)), 64, 128, 4, 4, SPLIT_K=split)
+        bm = max(16, next_pow2(m))
+        split = decode_split(cdiv(m, bm) * cdiv(n, 64) * batch, k, 128, n_sms)
+        return Plan(False, bm, 64, 128, 4, 4, SPLIT_K=split, FAST_ACCUM=fast, SPLIT_INLINE=INLINE_SPLIT_K)
+    if fast and tma_ok:
+        if gated:
+            return Plan(True, 128, 128, 128, 8, 3, EPI_SPLIT=2, FAST_ACCUM=True)
+        return Plan(True, 128, 256, 128, 8, 4, EPI_SPLIT=2, FAST_ACCUM=True)
     bn = 64 if gated else 128
     if not tma_ok:
-        return Plan(False, 128, bn, 128, 8, 3)
+        return Plan(False, 128, bn, 128, 8, 3, FAST_ACCUM=fast)
     if block_scaled:  # warp-specialised: 964 vs 892 TFLOP/s at 8192 (H200)
         return Plan(True, 128, bn, 128, 8, 4, EPI_SPLIT=2, FLATTEN=False, WARP_SPECIALIZE=True)
     return Plan(True, 128, bn, 128, 8, 4, EPI_SPLIT=2)
@@ -185,13 +219,32 @@ def _scale_args(t: torch.Tensor | None, mode: int) -> tuple[int, int]:
     return 0, 0
 
 
+_LOCKS: dict[tuple, torch.Tensor] = {}
+
+
+def split_locks(device: torch.device, n: int) -> torch.Tensor:
+    """``n`` int32 arrival counters for in-launch split-K (``tiled.splitk_fixup``), zero between launches:
+    each launch's last split of a tile resets its counter, so one zeroed buffer per (device, stream) is
+    reused without a memset per call. Per stream, because two launches running at once must not share
+    counters; it only grows (a new, zeroed buffer)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream)
+    buf = _LOCKS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _LOCKS[key] = buf
+    return buf
+
+
 def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
                act: str, alpha: float, beta: float, out_dtype: torch.dtype, scale_a: torch.Tensor | None = None,
-               scale_b: torch.Tensor | None = None, scale_modes: tuple[int, int] = (0, 0)) -> torch.Tensor:
+               scale_b: torch.Tensor | None = None, scale_modes: tuple[int, int] = (0, 0),
+               fast_accum: bool = False) -> torch.Tensor:
     """``act(alpha·a@b + bias) + beta·residual`` (validated inputs; see ``api.matmul``). ``act`` is
     ``"none"`` or an activation name; swiglu halves b's columns. fp8 (``api.fp8_matmul``): ``scale_a`` /
     ``scale_b`` with ``scale_modes`` (0 none, 1 per tensor, 2 per row / column, 3 blocks; 3 for both or
-    neither) dequantise the product before the epilogue."""
+    neither) dequantise the product before the epilogue; ``fast_accum``: per tensor/row scales without
+    fp32 promotion inside the K loop (a forced plan's ``FAST_ACCUM`` decides instead when one is set)."""
     gated = act == "swiglu"
     k, nb = b.shape[-2], b.shape[-1]
     n = nb // 2 if gated else nb
@@ -220,12 +273,16 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
 
     n_sms = sm_count(a.device.index or 0) if a.is_cuda else sm_count()
     tma_ops = None
-    if n_batch == 1 and k > 0 and tma_available() and (n * out.element_size()) % 16 == 0:
+    forced = _FORCED_PLAN.get()
+    # the interpreter runs device-side descriptors too: a forced TMA plan is tested there (default plans
+    # under the interpreter never take it)
+    tma_ok = tma_available() or (forced is not None and forced.tma and interpreter_active())
+    if n_batch == 1 and k > 0 and tma_ok and (n * out.element_size()) % 16 == 0:
         ta, tb = _tma_operand(a3[0]), _tma_operand(b3[0])
         tma_ops = (ta, tb) if ta is not None and tb is not None else None
     mode_a, mode_b = scale_modes
-    plan = _FORCED_PLAN.get() or matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
-                                             n_sms, mode_a == 3)
+    plan = forced or matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
+                                             n_sms, mode_a == 3, fast_accum)
     if plan.tma and tma_ops is None:
         raise ValueError("plan: the Hopper (TMA) kernel cannot read these operands (layout, alignment, batch)")
     sa_arg = scale_a if scale_a is not None else out
@@ -240,33 +297,39 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     s_r = r3.stride() if r3 is not None else (0, 0, 0)
     precision = _precision(a.dtype)
 
+    # Split-K: whole K blocks per split (the last may be shorter); the split count follows the rounding
+    split = plan.SPLIT_K
+    k_split = cdiv(cdiv(max(k, 1), split), plan.BLOCK_K) * plan.BLOCK_K
+    split = cdiv(max(k, 1), k_split)
+    n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
+    inline = split > 1 and (plan.SPLIT_INLINE or plan.tma)
+    ws = empty((split, n_batch, m2, nb), dtype=torch.float32, device=a.device) if split > 1 else out
+    locks = split_locks(a.device, n_tiles * n_batch) if inline else out
+
     if plan.tma:
-        ensure_tma_allocator()
+        if not interpreter_active():
+            ensure_tma_allocator()
         (a_t, s_a), (b_t, s_b) = tma_ops
-        n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
-        launch(_matmul_tma_kernel, (min(n_sms, n_tiles), 1, 1),
-               a3[0], b3[0], c3[0], bias_arg, res_arg[0], sa_arg, sb_arg,
-               m2, n, k, s_a, s_b, c3.stride(1), s_r[1], s_r[2], s_bias, *scale_strides, alpha, beta,
+        launch(_matmul_tma_kernel, (min(n_sms, n_tiles * split), 1, 1),
+               a3[0], b3[0], c3[0], bias_arg, res_arg[0], sa_arg, sb_arg, ws, locks,
+               m2, n, k, k_split // plan.BLOCK_K,
+               s_a, s_b, c3.stride(1), s_r[1], s_r[2], s_bias, *scale_strides, alpha, beta,
                num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
                ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, A_T=a_t, B_T=b_t,
                PRECISION=precision, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
                GROUP_M=plan.GROUP_M, NUM_SMS=n_sms, EPI_SPLIT=plan.EPI_SPLIT, FLATTEN=plan.FLATTEN,
-               WARP_SPECIALIZE=plan.WARP_SPECIALIZE)
+               WARP_SPECIALIZE=plan.WARP_SPECIALIZE, SPLIT_K=split)
         return out
 
-    split = plan.SPLIT_K
-    k_split = cdiv(cdiv(max(k, 1), split), plan.BLOCK_K) * plan.BLOCK_K
-    split = cdiv(max(k, 1), k_split)
-    ws = empty((split, n_batch, m2, nb), dtype=torch.float32, device=a.device) if split > 1 else out
-    n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
     launch(_matmul_kernel, (n_tiles, split, n_batch),
-           a3, b3, c3, bias_arg, res_arg, ws, sa_arg, sb_arg,
+           a3, b3, c3, bias_arg, res_arg, ws, locks, sa_arg, sb_arg,
            m2, n, k, k_split,
            *a3.stride(), *b3.stride(), *c3.stride(), *s_r, s_bias, *scale_strides, alpha, beta,
            num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
-           ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, SPLIT_K=split, PRECISION=precision,
-           BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K, GROUP_M=plan.GROUP_M)
-    if split > 1:
+           ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, SPLIT_K=split, SPLIT_INLINE=inline,
+           PRECISION=precision, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
+           GROUP_M=plan.GROUP_M)
+    if split > 1 and not inline:
         bm, bn = (16, 32) if interpreter_active() else (16, 128)
         launch(_splitk_reduce_kernel, (cdiv(m2, bm) * cdiv(n, bn), n_batch, 1),
                ws, c3, bias_arg, res_arg, m2, n, *c3.stride(), *s_r, s_bias, alpha, beta,

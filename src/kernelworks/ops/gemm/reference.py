@@ -48,8 +48,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
 
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                bias: torch.Tensor | None = None, activation: str | None = None,
-               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """``(a·sa) @ (b·sb)`` with the scales broadcast over their blocks, then the epilogue; fp32 math.
+               out_dtype: torch.dtype = torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:
+    """``(a·sa) @ (b·sb)`` with the scales broadcast over their blocks, then the epilogue; fp32 math
+    (``fast_accum``, a speed/accuracy choice of the kernels, does not change the math: ignored).
 
     ``scale_a``: ``[]``/``[1]`` (per tensor), ``[M]`` (per row), ``[M, ⌈K/128⌉]`` (1×128 blocks);
     ``scale_b``: ``[]``/``[1]``, ``[N]`` (per column), ``[⌈N/128⌉, ⌈K/128⌉]`` (128×128 blocks).

@@ -192,7 +192,10 @@ MATMUL_SPEC = register(OpSpec(
 
 # ------------------------------------------------------------------------------------------- fp8_matmul
 # Case params: M, N, K, ``scaling`` ("tensor", "row", "block"), ``bias``, ``act``, ``b_layout`` ("t": b is
-# ``w.t()`` of a row-major ``w [N, K]``, the default and ``torch._scaled_mm``'s layout; "row": row-major b).
+# ``w.t()`` of a row-major ``w [N, K]``, the default and ``torch._scaled_mm``'s layout; "row": row-major b),
+# ``fast_accum`` (passed to both ``fp8_matmul`` and ``torch._scaled_mm``'s ``use_fast_accum``: every case
+# compares the two in the SAME accumulation mode — "-fast_accum" cases fast vs fast, the others promoted
+# every 128 K vs ``_scaled_mm``'s default).
 
 
 def _fp8_inputs(case: Case, device: torch.device) -> dict:
@@ -214,15 +217,19 @@ def _fp8_inputs(case: Case, device: torch.device) -> dict:
         inputs["bias"] = (0.5 * torch.randn(n, device=device)).to(_BF16)
     if case.get("act"):
         inputs["activation"] = case["act"]
+    if case.get("fast_accum"):
+        inputs["fast_accum"] = True
     return inputs
 
 
-def _scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=_BF16):
-    """cuBLAS fp8 through ``torch._scaled_mm`` (per tensor or rowwise; b column-major), then the eager
+def _scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=_BF16, fast_accum=False):
+    """cuBLAS fp8 through ``torch._scaled_mm`` (per tensor or rowwise; b column-major) with
+    ``use_fast_accum=fast_accum`` (the case's mode, so the comparison is like for like), then the eager
     epilogue for an activation."""
     if scale_a.dim() == 2 and scale_a.shape[1] != 1:
         raise NotImplementedError("torch._scaled_mm has no 1×128 / 128×128 block scales on sm_90")
-    z = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias if activation is None else None, out_dtype=out_dtype)
+    z = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias if activation is None else None, out_dtype=out_dtype,
+                         use_fast_accum=fast_accum)
     if activation is None:
         return z
     return reference.epilogue(z, bias, activation, None, 1.0, 0.0)
@@ -247,6 +254,17 @@ def _fp8_check_cases() -> list[Case]:
              tags=("gpu",)),
         case("200x256x256-row-b_row", _E4M3, M=200, N=256, K=256, scaling="row", b_layout="row", tags=("gpu",)),
         case("64x8192x8192-tensor", _E4M3, M=64, N=8192, K=8192, scaling="tensor", tags=("gpu",)),
+        # fast accumulation (no fp32 promotion over the K chain): the same tolerance must hold at long K
+        case("64x8192x8192-tensor-fast_accum", _E4M3, M=64, N=8192, K=8192, scaling="tensor", fast_accum=True,
+             tags=("gpu",)),
+        case("1024x2048x8192-tensor-fast_accum", _E4M3, M=1024, N=2048, K=8192, scaling="tensor",
+             fast_accum=True, tags=("gpu",)),
+        case("300x512x1024-row-fast_accum-bias-gelu", _E4M3, M=300, N=512, K=1024, scaling="row", bias=True,
+             act="gelu", fast_accum=True, tags=("gpu",)),
+        case("256x512x512-tensor-swiglu-fast_accum", _E4M3, M=256, N=512, K=512, scaling="tensor",
+             act="swiglu", fast_accum=True, tags=("gpu",)),
+        case("130x384x320-block-fast_accum", _E4M3, M=130, N=384, K=320, scaling="block", fast_accum=True,
+             tags=("gpu",)),  # ignored with block scales
     ]
     return out
 
@@ -264,11 +282,18 @@ FP8_MATMUL_SPEC = register(OpSpec(
     inputs=_fp8_inputs,
     check_cases=_fp8_check_cases(),
     bench_cases=[
+        # like for like: "8192-tensor" ours promoted vs _scaled_mm default; "-fast_accum" both fast
         case("8192-tensor", _E4M3, M=8192, N=8192, K=8192, scaling="tensor", tags=("gpu", "quick")),
+        case("8192-tensor-fast_accum", _E4M3, M=8192, N=8192, K=8192, scaling="tensor", fast_accum=True,
+             tags=("gpu",)),
         case("8192-row", _E4M3, M=8192, N=8192, K=8192, scaling="row", tags=("gpu",)),
+        case("8192-row-fast_accum", _E4M3, M=8192, N=8192, K=8192, scaling="row", fast_accum=True,
+             tags=("gpu",)),
         case("8192-block", _E4M3, M=8192, N=8192, K=8192, scaling="block", tags=("gpu",)),
         case("llama3_70b-gate_up-M4096-block", _E4M3, M=4096, N=57344, K=8192, scaling="block", tags=("gpu",)),
         case("llama3_8b-down-M16-tensor", _E4M3, M=16, N=4096, K=14336, scaling="tensor", tags=("gpu",)),
+        case("llama3_8b-down-M16-tensor-fast_accum", _E4M3, M=16, N=4096, K=14336, scaling="tensor",
+             fast_accum=True, tags=("gpu",)),
     ],
     cost=_fp8_cost,
     providers={"kernelworks": Provider("kernelworks", fp8.fp8_matmul),

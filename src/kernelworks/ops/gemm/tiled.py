@@ -7,8 +7,13 @@ columns of B in L2.
 
 Split-K (decode shapes: a handful of rows, a long K, fewer output tiles than SMs): split ``s`` of ``SPLIT_K``
 sums K range ``[s·K_SPLIT, (s+1)·K_SPLIT)`` and writes its raw fp32 accumulator into a workspace
-``[SPLIT_K, batch, M, Nb]``; :func:`_splitk_reduce_kernel` then adds the partials *in split order* and
-applies the epilogue. No atomics, so the result is bit-reproducible.
+``[SPLIT_K, batch, M, Nb]``. The partials are then added *in split order*, so the result is
+bit-reproducible, either
+
+* in the same launch (``SPLIT_INLINE``, :func:`splitk_fixup`): the split that finishes last for a tile —
+  found with one atomic counter per tile, never an atomic on the output — sums the partials and runs the
+  epilogue (no second launch, no reduce pass over the whole workspace); or
+* by :func:`_splitk_reduce_kernel`, a second launch (the session-2 path, kept selectable).
 
 The epilogue (shared with the Hopper kernel, :func:`epilogue`)::
 
@@ -114,6 +119,40 @@ def apply_scales(acc, o_m, m_m, o_n, m_n, p_sa, p_sb, s_sa, s_sb, SCALE_A: tl.co
 
 
 @triton.jit
+def splitk_fixup(acc, acc_up, p_w, slab, m_t, i_s, p_lock, i_lock, N, SPLIT_K: tl.constexpr,
+                 GATED: tl.constexpr):
+    """Split-K reduced inside the GEMM launch, deterministically. ``p_w``: this tile's ``[BLOCK_M, BLOCK_N]``
+    pointers into split 0's fp32 partials (``slab`` elements between splits; swiglu's up half ``N`` columns
+    further); ``m_t``: the tile's in-bounds mask; ``p_lock + i_lock``: the tile's arrival counter (int32, 0
+    between launches).
+
+    Every split stores its partial, then a CTA barrier (all threads' stores precede the count) and ONE
+    ``acq_rel`` atomic increment of the counter. The split that sees ``SPLIT_K - 1`` arrived last: it reads
+    the partials back (``.cg``: from L2, never a stale L1 line) and sums them in split order 0, 1, …, so the
+    sum is the same whichever split is last (bit-reproducible); then resets the counter to 0 for the next
+    launch. Its own partial is re-read too rather than kept: the accumulator is dead after its store, so
+    the reduction holds one running sum and one partial (a rolled loop) — keeping it live next to unrolled
+    partial loads spilled (AOT sm_90, 64×128 at 4 warps: 255 registers + 656 B). Returns
+    ``(last, total, total_up)``; the totals are meaningful only where ``last`` (the other splits' loads are
+    masked off: no traffic)."""
+    tl.store(p_w + i_s * slab, acc, mask=m_t, cache_modifier=".cg")
+    if GATED:
+        tl.store(p_w + i_s * slab + N, acc_up, mask=m_t, cache_modifier=".cg")
+    tl.debug_barrier()  # the counter's release must follow EVERY thread's partial store
+    n_prev = tl.atomic_add(p_lock + i_lock, 1, sem="acq_rel", scope="gpu")
+    last = n_prev == SPLIT_K - 1
+    m_l = m_t & last
+    total = tl.zeros_like(acc)
+    total_up = tl.zeros_like(acc_up)
+    for s in tl.range(0, SPLIT_K, num_stages=1):  # rolled, unpipelined: a partial in flight at a time
+        total += tl.load(p_w + s * slab, mask=m_l, other=0.0, cache_modifier=".cg")
+        if GATED:
+            total_up += tl.load(p_w + s * slab + N, mask=m_l, other=0.0, cache_modifier=".cg")
+    tl.store(p_lock + i_lock, 0, mask=last)  # re-armed for the next launch (kernel boundaries order it)
+    return last, total, total_up
+
+
+@triton.jit
 def _store_tile(y, p_c, p_res, i_b, o_m, o_n, m_m, m_n, s_cb, s_cm, s_cn, s_rb, s_rm, s_rn, beta,
                 HAS_RES: tl.constexpr):
     """``C[i_b, o_m, o_n] = y + beta·residual``, cast to C's dtype once, here."""
@@ -130,11 +169,12 @@ def _store_tile(y, p_c, p_res, i_b, o_m, o_n, m_m, m_n, s_cb, s_cm, s_cn, s_rb, 
 
 @triton.jit
 def _matmul_kernel(
-    p_a, p_b, p_c, p_bias, p_res, p_ws, p_sa, p_sb,
+    p_a, p_b, p_c, p_bias, p_res, p_ws, p_lock, p_sa, p_sb,
     M, N, K, K_SPLIT,
     s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_rb, s_rm, s_rn, s_bias, s_sa, s_sa_k, s_sb, s_sb_k,
     alpha, beta,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SPLIT_K: tl.constexpr,
+    SPLIT_INLINE: tl.constexpr,
     PRECISION: tl.constexpr, SCALE_A: tl.constexpr, SCALE_B: tl.constexpr, MAX_IMPRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
@@ -143,7 +183,8 @@ def _matmul_kernel(
 
     ``SPLIT_K > 1``: this program sums K in ``[i_s·K_SPLIT, min(K, (i_s+1)·K_SPLIT))`` and stores its raw
     accumulator(s) into the fp32 workspace ``p_ws [SPLIT_K, batch, M, Nb]`` (contiguous); the epilogue runs
-    in :func:`_splitk_reduce_kernel`.
+    in the split that arrives last (``SPLIT_INLINE``, :func:`splitk_fixup`; ``p_lock [batch · tiles]`` int32
+    zeros) or in :func:`_splitk_reduce_kernel`.
 
     fp8 (``fp8_matmul``): ``SCALE_A`` / ``SCALE_B`` 1 = per tensor, 2 = per row of A / column of B, 3 =
     blocks (``sa [M, ⌈K/128⌉]``, ``sb [⌈Nb/128⌉, ⌈K/128⌉]``, strides ``s_sa, s_sa_k, s_sb, s_sb_k``); 0 = none.
@@ -180,10 +221,17 @@ def _matmul_kernel(
         p_a_k += BLOCK_K * s_ak
         p_b_k += BLOCK_K * s_bk
 
+    if SPLIT_K > 1 and SPLIT_INLINE:
+        n_b = 2 * N if ACT == "swiglu" else N
+        p_w = p_ws + (i_b * M + o_m[:, None]) * n_b + o_n[None, :]
+        slab = n_batch.to(tl.int64) * M * n_b  # elements of one split's partials
+        last, acc, acc_up = splitk_fixup(acc, acc_up, p_w, slab, m_m[:, None] & m_n[None, :], i_s, p_lock,
+                                         i_b * tl.num_programs(0) + i_t, N, SPLIT_K, ACT == "swiglu")
+        m_m = m_m & last  # the other splits store nothing (and load no bias/residual rows)
     acc = apply_scales(acc, o_m, m_m, o_n, m_n, p_sa, p_sb, s_sa, s_sb, SCALE_A, SCALE_B)
     if ACT == "swiglu":
         acc_up = apply_scales(acc_up, o_m, m_m, N + o_n, m_n, p_sa, p_sb, s_sa, s_sb, SCALE_A, SCALE_B)
-    if SPLIT_K > 1:
+    if SPLIT_K > 1 and not SPLIT_INLINE:
         # raw (scaled) partials; row stride Nb of the contiguous workspace
         n_b = 2 * N if ACT == "swiglu" else N
         m_t = m_m[:, None] & m_n[None, :]

@@ -1,0 +1,146 @@
+"""decode_attention's plan knobs and the two loops of ``_decode_paged_kernel``: every forced plan
+(split counts, BLOCK_N below/at/above the page size, non-power-of-two pages and head dims, q_len > 1 with a
+tail of several blocks, more splits than the combine reads per step, the legacy kernel) agrees with the
+float64 reference under the interpreter; the split model's choices; the sm_90 compile of the sweep's
+variants."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.ops.attention import decode, reference
+from kernelworks.ops.attention.api import decode_attention
+from kernelworks.runtime.device import default_device
+
+DEVICE = default_device()
+F32, F16 = torch.float32, torch.float16
+
+
+def _paged(ctx, hq, hkv, d, page, dtype, *, q_len=None):
+    n_pages = [-(-n // page) for n in ctx]
+    pool = sum(n_pages) + 2
+    kc = torch.randn(pool, page, hkv, d, device=DEVICE).to(dtype)
+    vc = torch.randn(pool, page, hkv, d, device=DEVICE).to(dtype)
+    perm = torch.randperm(pool)
+    table = torch.zeros(len(ctx), max(max(n_pages), 1), dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(n_pages):
+        table[b, :n] = perm[used:used + n].to(torch.int32)
+        used += n
+    shape = (len(ctx), hq, d) if q_len is None else (len(ctx), q_len, hq, d)
+    q = torch.randn(shape, device=DEVICE).to(dtype)
+    return q, kc, vc, table.to(DEVICE), torch.tensor(ctx, dtype=torch.int32, device=DEVICE)
+
+
+def _check(args, dtype, **opts):
+    o = decode_attention(*args, **opts)
+    ref = reference.decode_attention(*(a.double() if a.is_floating_point() else a for a in args), **opts)
+    base = reference.decode_attention(*args, **opts)
+    err, base_err = (o.double() - ref).abs().max().item(), (base.double() - ref).abs().max().item()
+    assert o.shape == args[0].shape and o.dtype == dtype
+    assert err <= 2 * base_err + (2e-5 if dtype == F32 else 2e-3), (err, base_err)
+    return o
+
+
+KNOBS = [
+    dict(BLOCK_N=32, splits=1),                 # page 16 < BLOCK_N: gathered per-key rows, one split (direct)
+    dict(BLOCK_N=16, splits=3),                 # page 16 == BLOCK_N: one table read per block
+    dict(BLOCK_N=64, splits=2),                 # a block larger than most contexts: all in the masked tail
+    dict(BLOCK_N=16, splits=64),                # more splits than the combine reads per step (32)
+    dict(BLOCK_N=32, splits=4, legacy=True),    # the first kernel
+]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+@pytest.mark.parametrize("page", [16, 12], ids=["p16", "p12"])
+def test_forced_plans_match_float64(knobs, page):
+    torch.manual_seed(30)
+    args = _paged([150, 1, 37, 0], 8, 2, 32, page, F16)
+    with decode.forced_plan(**knobs):
+        _check(args, F16)
+
+
+@pytest.mark.parametrize("knobs", [dict(BLOCK_N=16, splits=2), dict(BLOCK_N=32, splits=1)], ids=["n16", "n32"])
+def test_forced_plans_qlen_softcap_odd_head_dim(knobs):
+    """q_len 20 > BLOCK_N 16: the causal corner spans two tail blocks; page 64 ≥ BLOCK_N (scalar table
+    reads); head_dim 24 (masked head dim)."""
+    torch.manual_seed(31)
+    args = _paged([90, 20, 33], 4, 1, 24, 64, F32, q_len=20)
+    with decode.forced_plan(**knobs):
+        _check(args, F32, softcap=4.0)
+
+
+def test_plans_agree_with_each_other():
+    """The same inputs through every knob set give the same output to rounding (fp32)."""
+    torch.manual_seed(32)
+    args = _paged([200, 64, 5], 4, 2, 16, 16, F32)
+    outs = []
+    for knobs in KNOBS:
+        with decode.forced_plan(**knobs):
+            outs.append(decode_attention(*args))
+    for o in outs[1:]:
+        torch.testing.assert_close(o, outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_forced_plan_bad_knobs():
+    with pytest.raises(ValueError, match="unknown knobs"), decode.forced_plan(block_n=64):
+        pass
+    with pytest.raises(ValueError, match="BLOCK_N"), decode.forced_plan(BLOCK_N=48):
+        pass
+
+
+def test_split_model():
+    """The wave model: batch 1 × 8 KV heads over 32k keys fills about one wave of 132 SMs × 3 CTAs (the
+    old rule's 512 programs made 1.3 waves); 128 sequences × 8 heads of 1k keys need no split; a split is
+    whole BLOCK_N blocks and the splits cover the table."""
+    best = decode._best_splits(8, 32768 // 64, 132 * 3, 128)
+    assert 40 <= best <= 49 and 8 * best <= 132 * 3
+    assert decode._best_splits(128 * 8, 1024 // 64, 132 * 3, 128) == 1
+    for cap, want, bn in ((32768, 49, 64), (1000, 3, 64), (16, 4, 32), (0, 1, 64)):
+        n, chunk = decode._split(cap, want, bn)
+        assert chunk % bn == 0 and n * chunk >= cap and (n - 1) * chunk < max(cap, 1)
+
+
+def test_sm90_sweep_variants_compile_without_spills():
+    """Each plan the GPU sweep tries compiles for sm_90 without spills and with the occupancy the plan
+    model assumes (``CTAS_PER_SM``)."""
+    from kernelworks.inspect import inspect_op
+    from kernelworks.ops.attention.spec import DECODE_ATTENTION_SPEC
+
+    for (bn, warps, stages), ctas in decode.CTAS_PER_SM.items():
+        if (bn, warps, stages) not in ((64, 4, 3), (32, 4, 4), (128, 8, 3)):
+            continue  # the sweep's main variants (the others compile alike; kept fast)
+        reports = inspect_op(DECODE_ATTENTION_SPEC, "b8-ctx32k-gqa4", "sm_90",
+                             config={"BLOCK_N": bn, "num_warps": warps, "num_stages": stages})
+        split = next(r for r in reports if r.name == "_decode_paged_kernel")
+        assert split.spill_bytes == 0, (bn, warps, stages)
+        assert split.occupancy.blocks_per_sm == ctas, (bn, warps, stages, split.occupancy.blocks_per_sm)
+
+
+# ------------------------------------------------------------------------ forward plan options (Hopper)
+
+
+def test_forced_fwd_plan_tma_needs_hopper():
+    from kernelworks.ops.attention import forward
+    from kernelworks.ops.attention.api import flash_attention
+
+    q = torch.randn(1, 20, 2, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="TMA"), forward.forced_fwd_plan(TMA=True):
+        flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="unknown knobs"), forward.forced_fwd_plan(tma=True):
+        pass
+
+
+@pytest.mark.parametrize("knobs", [dict(TMA=True), dict(TMA=True, num_stages=4)], ids=["s3", "s4"])
+def test_sm90_forward_tma_compiles(knobs):
+    """The descriptor path compiles for sm_90 with TMA loads (UTMALDG), wgmma and no spills."""
+    from kernelworks.inspect import inspect_op
+    from kernelworks.ops.attention import forward
+    from kernelworks.ops.attention.spec import FLASH_ATTENTION_SPEC
+
+    with forward.forced_fwd_plan(**knobs):
+        reports = inspect_op(FLASH_ATTENTION_SPEC, "b4-h32-s4k-d128-causal", "sm_90")
+    r = next(r for r in reports if r.name == "_attn_fwd_kernel")
+    assert r.spill_bytes == 0 and r.mix.count("UTMALDG") > 0 and r.mix.count("HGMMA") > 0
+    assert r.constexprs.get("TMA") is True
