@@ -72,13 +72,15 @@ def test_matches_reference_fp32(T, chunk, fuse):
 
 
 @pytest.mark.parametrize("chunk", [16, 64])
-def test_product_form_inverse_matches_reference(chunk, monkeypatch):
-    """The product-form inverse of the diagonal blocks (``inv_product``) computes the same T as forward
-    substitution: chunk 64 has the GPU's 16-row blocks (A⁸ ≠ 0), chunk 16 4-row ones (A⁴ = 0 already)."""
+@pytest.mark.parametrize("inv_product", [True, False], ids=["product", "substitution"])
+def test_diagonal_inverse_matches_reference(chunk, inv_product, monkeypatch):
+    """Both inverses of the diagonal blocks — the product form (the default) and forward substitution —
+    with A far from small: chunk 64 has the GPU's 16-row blocks (A⁸ ≠ 0; dropping that factor fails this
+    test), chunk 16 4-row ones."""
     from kernelworks.ops.gated_delta import prefill_chunked
 
     plan = prefill_chunked._plan
-    monkeypatch.setattr(prefill_chunked, "_plan", lambda *a: plan(*a)._replace(inv_product=True))
+    monkeypatch.setattr(prefill_chunked, "_plan", lambda *a: plan(*a)._replace(inv_product=inv_product))
     x = _inputs(1, 70, 1, 2, 16, 16, h0=1)
     # correlated keys, weak decay, strong erase: |A_ij| near 1, so A⁸ is far from negligible
     x["k"] = functional.normalize(1.0 + 0.5 * torch.randn_like(x["k"]), dim=-1)

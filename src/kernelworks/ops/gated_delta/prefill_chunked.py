@@ -488,36 +488,48 @@ class _Plan(NamedTuple):
     DOT_PRECISION: str
     inv_product: bool = False  # K1a: diagonal blocks by the product form (no serial substitution)
     hs_16bit: bool = False     # K2 → K3: chunk-start states in the input dtype instead of fp32
+    split_scan: bool = True    # K2: the fp32 state as a 16-bit dot operand split hi + lo (two dots)
 
 
 @cached_plan
 def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
-    """Tiles and warps (K = V = 128 figures; docs/notes/gated_delta.md, "Chunk-parallel forward"). Whole K
-    in every tile (one dot per product; K ≤ 256).
+    """Tiles and warps, from the prefill plan sweep (``benchmarks/sweeps/gated_delta_prefill_plan.py``;
+    H200, B 8 T 4096 H 16 K = V = 128 bf16, per-kernel GPU times in ``benchmarks/results/h200/sweeps/``).
+    Whole K in every tile (one dot per product; K ≤ 256).
 
-    - K1a (T): 4 warps — a small kernel, several programs per SM so their serial substitutions overlap.
-    - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product.
-    - K2 unfused: 32-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight): 443 µs at B 8 T
-      4096 H 16 on the H100 against 814 µs at 8 warps and 530 µs with 64-row blocks (the scan is bound by
-      the chunk-state stores: 537 MB of fp32 states). Fused: 8 warps, 1 stage (205–248 registers; 2 stages
-      or 64-row blocks spill).
-    - K3: 64-row V blocks, 4 warps (483 µs against 595 µs with 32 rows, same run).
+    - K1a (T): 2 warps, diagonal blocks by the product form — 259 µs, against 486 µs by forward
+      substitution at 4 warps and 1049 µs at 8 (a small kernel: several programs per SM, whose serial
+      chains overlap). 1 warp spills (528 B/thread).
+    - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product (148 µs; 8 warps
+      no better).
+    - K2 unfused: 32-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight): 374 µs against
+      451 with 3 stages and 740 at 8 warps; 64 rows ran 300 µs but spill 88–104 B/thread (255
+      registers), and with ``hs_16bit`` the gap is 310 against 327 µs: not worth a spilling default. It
+      is bound by its stores, the chunk-start states above all, hence ``hs_16bit``. Fused: 32 rows, 8
+      warps, 1 stage (2 stages or 64 rows spill).
+    - K3: 64-row V blocks, 4 warps (427 µs against 564 with 32 rows and 729 at 8 warps).
+    - ``hs_16bit``: the chunk-start states K3 multiplies by q are stored in the input dtype (fla keeps its
+      chunk states in bf16 too): K2 310 µs and K3 290 µs instead of 300 and 427; the output's relative
+      error against the float64 recurrence unchanged in the same sweep (3.7e-3, dominated by the 16-bit
+      T, W, Ũ, U). The recurrent state itself stays fp32 in K2's registers, and the backward's recompute
+      keeps fp32 states.
     - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
       but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
-    The interpreter takes the requested chunk and one warp."""
+    The interpreter takes the requested chunk and one warp, and the GPU's choices otherwise."""
     block_k = next_pow2(max(K, 16))
     block_v_all = next_pow2(max(V, 16))
     if interpreter_active():
         bv = min(block_v_all, 32)
-        return _Plan(chunk_size, block_k, block_v_all, bv, bv, 1, 1, 1, 1, 1, "ieee")
+        return _Plan(chunk_size, block_k, block_v_all, bv, bv, 1, 1, 1, 1, 1, "ieee", inv_product=True,
+                     hs_16bit=not fp32)
     if fp32:
         bv = min(block_v_all, 16)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 1 if fused else 2, 4, "ieee")
     if fused:
         bv = min(block_v_all, 32)
-        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 4, 4, 8, 1, 4, "ieee")
-    return _Plan(GPU_CHUNK, block_k, block_v_all, min(block_v_all, 32), min(block_v_all, 64), 4, 4, 4, 2, 4,
-                 "ieee")
+        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 8, 1, 4, "ieee", inv_product=True)
+    return _Plan(GPU_CHUNK, block_k, block_v_all, min(block_v_all, 32), min(block_v_all, 64), 2, 4, 4, 2, 4,
+                 "ieee", inv_product=True, hs_16bit=True)
 
 
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.Tensor, ...]:
@@ -628,7 +640,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=block_k, BLOCK_V=block_v,
            IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
-           STORE_HS=keep_h, FUSE_O=fuse_output, SPLIT_STATE=not fp32, SPLIT_O=not fp32,
+           STORE_HS=keep_h, FUSE_O=fuse_output, SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=not fp32,
            DOT_PRECISION=precision)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
