@@ -25,8 +25,8 @@ from kernelworks.ops.gated_delta import prefill_chunked, reference
 
 VARIANTS: list[dict] = [
     {},
-    {"inv_product": False, "warps_inv": 4}, {"warps_inv": 4},
-    {"BLOCK_V": 64}, {"split_scan": False}, {"split_scan": False, "BLOCK_V": 64},
+    {"inv_product": False, "warps_inv": 4},
+    {"split_scan": True, "BLOCK_V": 32}, {"split_scan": True, "BLOCK_V": 64},
     {"hs_16bit": False},
 ]
 REL_L2_BAR = 5e-3

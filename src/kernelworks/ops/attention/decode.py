@@ -67,19 +67,25 @@ def _block_pages(p_btb, n, n_table, o_nb, PAGE: tl.constexpr, BLOCK_N: tl.conste
     """Page indices for keys ``[n, n + BLOCK_N)``: a scalar when a block lies in one page (``PAGE %
     BLOCK_N == 0`` and ``n`` a multiple of BLOCK_N), else one per key. Entries past the table read 0 (the
     prefetch of the block after the last; never dereferenced)."""
+    # one return after a constexpr if/else: triton 3.6 refuses an early return in a constexpr branch
+    # when compiling (the interpreter accepts it)
     if PAGE % BLOCK_N == 0:
         i_pg = n // PAGE
-        return tl.load(p_btb + i_pg, mask=i_pg < n_table, other=0)
-    o_pg = (n + o_nb) // PAGE
-    return tl.load(p_btb + o_pg, mask=o_pg < n_table, other=0)
+        b_pg = tl.load(p_btb + i_pg, mask=i_pg < n_table, other=0)
+    else:
+        o_pg = (n + o_nb) // PAGE
+        b_pg = tl.load(p_btb + o_pg, mask=o_pg < n_table, other=0)
+    return b_pg
 
 
 @triton.jit
 def _block_rows(b_pg, n, o_nb, stride_p, stride_s, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
     """int64 element offsets of the rows of keys ``[n, n + BLOCK_N)`` in a cache ``[pages, PAGE, H, D]``."""
     if PAGE % BLOCK_N == 0:
-        return b_pg.to(tl.int64) * stride_p + ((n % PAGE + o_nb) * stride_s).to(tl.int64)
-    return b_pg.to(tl.int64) * stride_p + (((n + o_nb) % PAGE) * stride_s).to(tl.int64)
+        o_row = b_pg.to(tl.int64) * stride_p + ((n % PAGE + o_nb) * stride_s).to(tl.int64)
+    else:
+        o_row = b_pg.to(tl.int64) * stride_p + (((n + o_nb) % PAGE) * stride_s).to(tl.int64)
+    return o_row
 
 
 @triton.jit

@@ -17,6 +17,7 @@ import torch
 
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
+from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked
 from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
 from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
@@ -88,8 +89,14 @@ def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tenso
                       v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, write_strength: torch.Tensor | None,
                       initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None, scale: float,
                       chunk_size: int, need_dh0: bool) -> list[torch.Tensor]:
-    """``[dq, dk, dv, dg, dbeta]`` + ``[dw]`` (with write_strength) + ``[dh0]`` (when ``need_dh0``)."""
-    return gated_delta_prefill_bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale,
+    """``[dq, dk, dv, dg, dbeta]`` + ``[dw]`` (with write_strength) + ``[dh0]`` (when ``need_dh0``).
+
+    16-bit inputs (the chunk-parallel forward's): the chunk-parallel backward (``prefill_bwd_chunked.py``:
+    the forward's intermediates recomputed, a reverse dS scan, then two kernels parallel over chunks).
+    fp32 inputs keep the sequential reverse-scan kernel of ``prefill_bwd.py`` (the forward's fp32 path is
+    the sequential one too; the chunk kernels' fp32 operand tiles would not fit in registers)."""
+    bwd = gated_delta_prefill_bwd_chunked if q.dtype != torch.float32 else gated_delta_prefill_bwd
+    return bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale,
                                    chunk_size, need_dh0)
 
 

@@ -350,7 +350,10 @@ def _state_pass_kernel(
 
     for c0 in range(0, L, CHUNK):
         if STORE_HS:
-            tl.store(p_hs + (c0 // CHUNK) * (H_V * V * K) + o_hk, b_st.to(p_hs.dtype.element_ty), mask=m_hk)
+            # the pointer advances a chunk row per chunk (64-bit), not (c0 // C)·H_v·V·K in int32, which
+            # passes 2^31 past ~8k chunks at H_v 16, K = V = 128
+            tl.store(p_hs + o_hk, b_st.to(p_hs.dtype.element_ty), mask=m_hk)
+            p_hs += H_V * V * K
         o_t = c0 + o_c
         m_t = o_t < L
         o_t = o_t.to(tl.int64)
@@ -502,11 +505,12 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
       chains overlap). 1 warp spills (528 B/thread).
     - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product (148 µs; 8 warps
       no better).
-    - K2 unfused: 32-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight): 374 µs against
-      451 with 3 stages and 740 at 8 warps; 64 rows ran 300 µs but spill 88–104 B/thread (255
-      registers), and with ``hs_16bit`` the gap is 310 against 327 µs: not worth a spilling default. It
-      is bound by its stores, the chunk-start states above all, hence ``hs_16bit``. Fused: 32 rows, 8
-      warps, 1 stage (2 stages or 64 rows spill).
+    - K2 unfused: 64-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight), the state a
+      single 16-bit operand (``split_scan=False``, 206 registers): 294 µs on the H100 against 358 with 32
+      rows and the hi + lo split (64 rows with the split spill 88–104 B/thread), the output's and final
+      state's errors against the float64 recurrence unchanged (3.7e-3 / 2.9e-3: the 16-bit T, W, Ũ
+      dominate); H200: 451 µs with 3 stages, 740 at 8 warps. It is bound by its stores, the chunk-start
+      states above all, hence ``hs_16bit``. Fused: 32 rows, 8 warps, 1 stage (2 stages or 64 rows spill).
     - K3: 64-row V blocks, 4 warps (427 µs against 564 with 32 rows and 729 at 8 warps).
     - ``hs_16bit``: the chunk-start states K3 multiplies by q are stored in the input dtype (fla keeps its
       chunk states in bf16 too): K2 310 µs and K3 290 µs instead of 300 and 427; the output's relative
@@ -528,8 +532,9 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     if fused:
         bv = min(block_v_all, 32)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 8, 1, 4, "ieee", inv_product=True)
-    return _Plan(GPU_CHUNK, block_k, block_v_all, min(block_v_all, 32), min(block_v_all, 64), 2, 4, 4, 2, 4,
-                 "ieee", inv_product=True, hs_16bit=True)
+    bv = min(block_v_all, 64)
+    return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True, hs_16bit=True,
+                 split_scan=False)
 
 
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.Tensor, ...]:

@@ -1,0 +1,210 @@
+"""The chunk-parallel prefill backward (``prefill_bwd_chunked.py``: the forward's intermediates recomputed,
+a reverse dS scan, then the dq/dk/dW/dG and WY-backward kernels parallel over chunks).
+
+Against autograd of the float64 token-by-token recurrence: fp32 inputs through the new launcher directly
+(tight: the algebra itself — chunk tails, grouped heads, varlen with a 1-token sequence, write strength,
+initial and final state, T taken from the forward or recomputed from A), fp16 through the public API
+(16-bit inputs take this backward); agreement with the sequential backward (``prefill_bwd.py``);
+bit-equal reruns; the public API dispatching 16-bit inputs here; sm_90 compiles without spills and with
+wgmma. CPU tests run under Triton's interpreter on tiny heads (fp32/fp16: its bf16 ``tl.dot`` is wrong);
+``gpu`` tests take K = V = 128 in bf16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional
+
+from kernelworks import gated_delta_prefill
+from kernelworks.ops.gated_delta import api, reference
+from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
+from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked
+from kernelworks.runtime.device import default_device
+
+DEVICE = default_device()
+F32, F16, F64, BF16 = torch.float32, torch.float16, torch.float64, torch.bfloat16
+NAMES = ("q", "k", "v", "g", "beta", "write_strength", "initial_state")
+
+
+def _inputs(B, T, hq, hv, K, V, *, dtype=F32, seed=0, write=False, n_h0=0):
+    torch.manual_seed(seed)
+    x = {
+        "q": torch.randn(B, T, hq, K, device=DEVICE).to(dtype),
+        "k": functional.normalize(torch.randn(B, T, hq, K, device=DEVICE), dim=-1).to(dtype),
+        "v": torch.randn(B, T, hv, V, device=DEVICE).to(dtype),
+        "g": functional.logsigmoid(torch.randn(B, T, hv, device=DEVICE) + 2.0),
+        "beta": torch.rand(B, T, hv, device=DEVICE),
+        "write_strength": torch.rand(B, T, hv, device=DEVICE) if write else None,
+        "initial_state": torch.randn(n_h0, hv, V, K, device=DEVICE) if n_h0 else None,
+    }
+    return x
+
+
+def _cu(lens):
+    if lens is None:
+        return None
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+
+
+def _ref_grads(x, do, dht, cu, scale):
+    """``d(⟨o, do⟩ + ⟨final, dht⟩)`` by autograd of the float64 recurrence, for the inputs that are given."""
+    leaves = {n: (x[n].detach().double().requires_grad_(True) if x[n] is not None else None) for n in NAMES}
+    o, final = reference.gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                          initial_state=leaves["initial_state"], output_final_state=True,
+                                          cu_seqlens=cu, scale=scale, write_strength=leaves["write_strength"])
+    loss = (o * do.double()).sum() + ((final * dht.double()).sum() if dht is not None else 0.0)
+    names = [n for n in NAMES if x[n] is not None]
+    return names, torch.autograd.grad(loss, [leaves[n] for n in names])
+
+
+def _launch(fn, x, do, dht, cu, scale, chunk, **kw):
+    return fn(do, dht, x["q"], x["k"], x["v"], x["g"], x["beta"], x["write_strength"], x["initial_state"], cu,
+              scale, chunk, x["initial_state"] is not None, **kw)
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.parametrize(("B", "T", "hq", "hv", "chunk", "lens", "write", "h0", "final", "reuse_T"), [
+    (2, 17, 1, 2, 16, None, False, True, True, True),            # tail, ratio 2, h0 + final state
+    (1, 70, 2, 2, 32, None, True, False, False, False),          # 3 chunks, write strength, T recomputed
+    (1, 64, 1, 1, 64, None, False, True, True, True),            # one full 64-token chunk
+    (1, 61, 1, 4, 16, (5, 33, 1, 22), True, True, True, True),   # varlen (a 1-token sequence), ratio 4
+], ids=["t17-ratio2-h0", "t70-c32-write-recompute-T", "t64-c64", "varlen-ratio4"])
+def test_matches_reference_fp32(B, T, hq, hv, chunk, lens, write, h0, final, reuse_T):
+    """fp32 inputs (fp32 dot operands): the restructured algebra equals the float64 gradients."""
+    K, V = 16, 32 if hv <= 2 else 16
+    cu = _cu(lens)
+    n = len(lens) if lens else B
+    x = _inputs(B, T, hq, hv, K, V, seed=3, write=write, n_h0=n if h0 else 0)
+    do = torch.randn(B, T, hv, V, device=DEVICE)
+    dht = torch.randn(n, hv, V, K, device=DEVICE) if final else None
+    got = _launch(gated_delta_prefill_bwd_chunked, x, do, dht, cu, K ** -0.5, chunk, reuse_T=reuse_T)
+    names, want = _ref_grads(x, do, dht, cu, K ** -0.5)
+    assert len(got) == len(names)
+    for nm, a, r in zip(names, got, want):
+        assert a.dtype == (F32 if nm == "initial_state" else x[nm].dtype), nm
+        assert a.shape == r.shape, nm
+        torch.testing.assert_close(a.double(), r, atol=2e-5, rtol=1e-5, msg=lambda m, nm=nm: f"grad {nm}: {m}")
+
+
+def test_public_api_fp16_matches_reference_and_sequential_backward(monkeypatch):
+    """16-bit inputs through ``gated_delta_prefill`` take the chunk-parallel backward (spied on), and its
+    gradients stay within the fp16 rounding of the float64 ones and of the sequential backward's."""
+    calls = []
+
+    def spy(*args, **kw):
+        calls.append(args[2].dtype)
+        return gated_delta_prefill_bwd_chunked(*args, **kw)
+
+    monkeypatch.setattr(api, "gated_delta_prefill_bwd_chunked", spy)
+    lens = (9, 40, 23)
+    cu = _cu(lens)
+    x = _inputs(1, sum(lens), 1, 2, 16, 32, dtype=F16, seed=4, write=True, n_h0=3)
+    leaves = {n: (t.clone().requires_grad_(True) if t is not None else None) for n, t in x.items()}
+    o, final = gated_delta_prefill(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                   initial_state=leaves["initial_state"], output_final_state=True, cu_seqlens=cu,
+                                   chunk_size=16, write_strength=leaves["write_strength"])
+    do = torch.randn(o.shape, device=DEVICE)
+    dht = torch.randn(final.shape, device=DEVICE)
+    names = [n for n in NAMES if x[n] is not None]
+    got = torch.autograd.grad((o.float() * do).sum() + (final * dht).sum(), [leaves[n] for n in names])
+    assert calls == [F16]
+    _, want = _ref_grads(x, do, dht, cu, 16 ** -0.5)
+    old = _launch(gated_delta_prefill_bwd, x, do.half(), dht, cu, 16 ** -0.5, 16)
+    for nm, a, r, b in zip(names, got, want, old):
+        assert a.dtype == x[nm].dtype, nm
+        assert _rel(a, r) <= 5e-3, f"grad {nm}: rel {_rel(a, r):.2e} against float64"
+        assert _rel(a, b) <= 5e-3, f"grad {nm}: rel {_rel(a, b):.2e} against the sequential backward"
+
+
+def test_fp32_keeps_the_sequential_backward(monkeypatch):
+    """fp32 inputs (the forward's sequential path) keep ``prefill_bwd.py``'s backward."""
+    monkeypatch.setattr(api, "gated_delta_prefill_bwd_chunked", lambda *a, **k: pytest.fail("chunked bwd on fp32"))
+    x = _inputs(1, 20, 1, 1, 16, 16, seed=5)
+    q = x["q"].clone().requires_grad_(True)
+    o, _ = gated_delta_prefill(q, x["k"], x["v"], x["g"], x["beta"], chunk_size=16)
+    (dq,) = torch.autograd.grad(o.sum(), [q])
+    assert dq.isfinite().all()
+
+
+def test_deterministic():
+    """Shared q/k heads (ratio 2) summed on the host, several V blocks: bit-equal reruns."""
+    x = _inputs(1, 40, 1, 2, 16, 64, dtype=F16, seed=6, n_h0=1)
+    do = torch.randn(1, 40, 2, 64, device=DEVICE).half()
+    a = _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16)
+    b = _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16)
+    for u, w in zip(a, b):
+        assert torch.equal(u, w)
+
+
+# ------------------------------------------------------------------------------------ sm_90 compilation
+
+
+def _capture(B, T, hq, hv, K, V, dtype, *, varlen=False, h0=False, final=False, write=False):
+    """The launches one backward makes when planned for an H100 (nothing runs: uninitialised stand-ins)."""
+    from kernelworks.inspect import capture_launches, plan_for_gpu
+
+    with plan_for_gpu(["kernelworks.ops.gated_delta"]):
+        q = torch.empty(B, T, hq, K, dtype=dtype)
+        v = torch.empty(B, T, hv, V, dtype=dtype)
+        gates = [torch.empty(B, T, hv) for _ in range(3)]
+        cu = torch.tensor([0, 5, T], dtype=torch.int32) if varlen else None
+        n = 2 if varlen else B
+        with capture_launches() as launches, torch.no_grad():
+            gated_delta_prefill_bwd_chunked(torch.empty_like(v), torch.empty(n, hv, V, K) if final else None, q,
+                                            torch.empty_like(q), v, gates[0], gates[1], gates[2] if write else None,
+                                            torch.empty(n, hv, V, K) if h0 else None, cu, K ** -0.5, 64, h0)
+    return launches
+
+
+@pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "varlen-t300-h0-final-write-fp16"])
+def test_compiles_for_sm90_without_spills(shape):
+    """K = V = 128: the three backward kernels (the forward's recompute kernels are the forward tests'
+    business) fit in registers and use wgmma."""
+    from kernelworks.inspect import inspect_launch
+
+    if shape.startswith("b8"):
+        launches = _capture(8, 4096, 16, 16, 128, 128, BF16)
+    else:
+        launches = _capture(1, 300, 4, 8, 128, 128, F16, varlen=True, h0=True, final=True, write=True)
+    mine = [launch for launch in launches if launch.name in ("_dh_scan_kernel", "_dqkwg_kernel", "_wy_bwd_kernel")]
+    assert [launch.name for launch in mine] == ["_dh_scan_kernel", "_dqkwg_kernel", "_wy_bwd_kernel"]
+    for launch in mine:
+        r = inspect_launch(launch, "sm_90")
+        assert r.spill_bytes == 0, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
+        assert r.mix.count("HGMMA") > 0, f"{r.name}: no wgmma in the SASS ({r.mix.summary()})"
+
+
+# ---------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("varlen", [False, True])
+def test_gpu_bf16_against_fp32_reference_and_sequential(varlen):
+    """bf16 at K = V = 128 (GPU chunk 64): every gradient within the issue's bar (rel. L2 ≤ 2e-2) of
+    autograd through the fp32 recurrence, and close to the sequential backward's."""
+    T = 300
+    lens = (37, 200, 63) if varlen else None
+    B, n = (1, 3) if varlen else (2, 2)
+    cu = _cu(lens)
+    x = _inputs(B, T, 2, 4, 128, 128, dtype=BF16, seed=8, write=varlen, n_h0=n)
+    do = torch.randn(B, T, 4, 128, device=DEVICE)
+    dht = torch.randn(n, 4, 128, 128, device=DEVICE)
+    got = _launch(gated_delta_prefill_bwd_chunked, x, do.to(BF16), dht, cu, 128 ** -0.5, 64)
+    old = _launch(gated_delta_prefill_bwd, x, do.to(BF16), dht, cu, 128 ** -0.5, 64)
+    x32 = {nm: (t.float() if t is not None else None) for nm, t in x.items()}
+    leaves = {nm: (t.requires_grad_(True) if t is not None else None) for nm, t in x32.items()}
+    o, final = reference.gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                          initial_state=leaves["initial_state"], output_final_state=True,
+                                          cu_seqlens=cu, scale=128 ** -0.5, write_strength=leaves["write_strength"])
+    names = [nm for nm in NAMES if x[nm] is not None]
+    want = torch.autograd.grad((o * do).sum() + (final * dht).sum(), [leaves[nm] for nm in names])
+    for nm, a, r, b in zip(names, got, want, old):
+        assert not a.isnan().any(), nm
+        assert _rel(a, r) <= 2e-2, f"grad {nm}: rel {_rel(a, r):.2e} against fp32"
+        assert _rel(a, b) <= 2e-2, f"grad {nm}: rel {_rel(a, b):.2e} against the sequential backward"
