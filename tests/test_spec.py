@@ -81,3 +81,13 @@ def test_python_api_functions_survive_subpackage_imports():
     assert callable(kernelworks.check) and callable(kernelworks.bench)
     results = kernelworks.check(load_spec(f"{EXAMPLE}:SPEC"), ["one_row"], verbose=False)
     assert results and all(r.passed for r in results)
+
+
+def test_tolerance_gradient_bar():
+    """``max_rel_l2_grad`` replaces ``max_rel_l2`` for gradients only; without it gradients keep the output bar."""
+    from kernelworks.spec import Tolerance
+
+    tol = Tolerance(atol=1e-3, max_rel_l2=5e-3, max_rel_l2_grad=2e-2)
+    assert tol.for_gradients().max_rel_l2 == 2e-2 and tol.max_rel_l2 == 5e-3
+    plain = Tolerance(atol=1e-3, max_rel_l2=5e-3)
+    assert plain.for_gradients() == plain

@@ -25,7 +25,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +93,22 @@ class Tolerance:
     input dtype (the rule trusted attention libraries use). ``atol`` is the floor that keeps fp32 cases,
     whose baseline error is ~0, from demanding bit equality. ``max_rel_l2``, for ops whose algorithm rounds
     differently from the reference's (a chunked scan against a token-by-token recurrence), also passes an
-    output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element finite where the reference is.
+    output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element finite where the reference is;
+    ``max_rel_l2_grad`` is that bound for gradients (the backward of such an op rounds more: issues state
+    separate bars), ``max_rel_l2`` when None.
     """
 
     atol: float
     rtol: float = 0.0
     factor: float = 2.0
     max_rel_l2: float | None = None
+    max_rel_l2_grad: float | None = None
+
+    def for_gradients(self) -> Tolerance:
+        """The rule a gradient is held to (``max_rel_l2_grad`` in place of ``max_rel_l2`` when set)."""
+        if self.max_rel_l2_grad is None:
+            return self
+        return replace(self, max_rel_l2=self.max_rel_l2_grad)
 
 
 _DEFAULT_TOLERANCES = {

@@ -315,7 +315,13 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     229 registers, 64 KiB, two CTAs an SM (128×128 with 4 warps spilled 48 B; with 8 warps it fits at one
     CTA an SM). d 256: 64×64, 8 warps, 2 stages (254 registers, no spills; 4 warps spilled 88 B).
     fp32 inputs (exact products on FMA units, no tensor cores): 32×32, 8 warps, 1 stage (the 16-bit tiles
-    spill 10 KiB there). Nothing here is measured yet (docs/notes/attention.md)."""
+    spill 10 KiB there).
+
+    Hopper, d 128: K/V through tensor descriptors, 128×128 tiles, 8 warps, 3 stages (236 registers, 225 KiB
+    shared) — the fastest variant of the H100 forward sweep (``benchmarks/results/h100-80gb-hbm3/sweeps/
+    attn_fwd_sweep.json``, B4 H32 S4k / B2 H32 S8k): 495–515 TFLOP/s non-causal and 426–470 causal against
+    446–461 / 401–428 for the pointer-path 128×64 plan (1.04–1.11×); the launcher falls back to that plan
+    where descriptors are unavailable (rows not 16-byte aligned)."""
     block_d = max(16, next_pow2(head_dim))
     if capability is None and interpreter_active():
         return FwdPlan(16, 16, block_d, 1, 1)
@@ -324,6 +330,8 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     if block_d <= 64:
         return FwdPlan(128, 64, block_d, 4, 3)
     if block_d <= 128:
+        if capability is not None and capability[0] == 9:
+            return FwdPlan(128, 128, block_d, 8, 3, TMA=True)
         return FwdPlan(128, 64, block_d, 8, 3)
     return FwdPlan(64, 64, block_d, 8, 2)
 
@@ -361,10 +369,16 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
     extra = dict(TMA=False, WARP_SPEC=False)  # every constexpr passed: launch() caches the compiled kernel
     if plan.TMA:
         # descriptors: 16-byte aligned row strides and bases, a Hopper GPU (or an sm_90 plan)
-        if not tma_available():
-            raise ValueError("forced_fwd_plan: TMA needs a Hopper GPU (tma_available() is False)")
-        if any((t.stride(-3 if varlen else 1) * t.element_size()) % 16 or t.data_ptr() % 16 for t in (k, v)):
-            raise ValueError("forced_fwd_plan: TMA needs 16-byte aligned k/v rows")
+        misaligned = any((t.stride(-3 if varlen else 1) * t.element_size()) % 16 or t.data_ptr() % 16
+                         for t in (k, v))
+        if forced and forced.get("TMA"):
+            if not tma_available():
+                raise ValueError("forced_fwd_plan: TMA needs a Hopper GPU (tma_available() is False)")
+            if misaligned:
+                raise ValueError("forced_fwd_plan: TMA needs 16-byte aligned k/v rows")
+        elif misaligned or not tma_available():
+            plan = replace(plan, TMA=False, BLOCK_N=64)  # the pointer path's tiles for this head dim
+    if plan.TMA:
         ensure_tma_allocator()
         extra = dict(TMA=True, WARP_SPEC=plan.WARP_SPEC)
     if softcap > 0:

@@ -315,8 +315,11 @@ DECODE_SPEC = register(OpSpec(
 ))
 
 def _prefill_tolerance(dtype: torch.dtype) -> Tolerance:
+    """The issue's relative-L2 bars for 16-bit inputs: 5e-3 for the outputs, 2e-2 for the gradients (bf16;
+    fp16 tighter: 2e-3 / 1e-2), on top of the elementwise rule."""
     bound = {torch.bfloat16: 5e-3, torch.float16: 2e-3}.get(dtype)
-    return replace(default_tolerance(dtype), max_rel_l2=bound)
+    grad_bound = {torch.bfloat16: 2e-2, torch.float16: 1e-2}.get(dtype)
+    return replace(default_tolerance(dtype), max_rel_l2=bound, max_rel_l2_grad=grad_bound)
 
 
 PREFILL_SPEC = register(OpSpec(
