@@ -164,7 +164,8 @@ class OpSpec:
             unless ``baselines`` says otherwise.
         subject: the provider under test (ours: ``kernelworks``).
         grad_inputs: names of inputs that receive gradients; empty means forward-only.
-        tolerance: ``tolerance(dtype) -> Tolerance``.
+        tolerance: ``tolerance(dtype) -> Tolerance``; a case may widen it with a ``max_rel_l2`` param (a
+            mode that rounds more by design, judged against a peer doing the same: :meth:`case_tolerance`).
         deterministic: repeated runs on the same inputs must agree bit for bit.
         configs: tunable kernels' search space.
         bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
@@ -206,6 +207,13 @@ class OpSpec:
     def bench_modes(self) -> tuple[str, ...]:
         """The modes ``kw bench`` times by default: :attr:`modes`, plus :data:`STEP` with ``bench_step``."""
         return self.modes + ((STEP,) if self.bench_step and self.grad_inputs else ())
+
+    def case_tolerance(self, case: Case) -> Tolerance:
+        """The rule ``case``'s outputs are held to: :attr:`tolerance` of its dtype, with the case's own
+        ``max_rel_l2`` param (when it has one) as the relative-L2 bound."""
+        tol = self.tolerance(case.dtype)
+        bound = case.get("max_rel_l2")
+        return tol if bound is None else replace(tol, max_rel_l2=float(bound))
 
     def all_providers(self) -> dict[str, Provider]:
         """The spec's providers plus the baselines derived from the reference (eager and torch.compile)."""

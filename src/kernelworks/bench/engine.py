@@ -59,7 +59,7 @@ def _record(spec: OpSpec, case: Case, mode: str, provider: str, status: str) -> 
 
 
 def _verify(spec: OpSpec, case: Case, out: Any, ref: tuple, base: tuple) -> tuple[bool, str, float]:
-    tol = spec.tolerance(case.dtype)
+    tol = spec.case_tolerance(case)
     worst = 0.0
     for i, (o, r, b) in enumerate(zip(as_outputs(out), ref, base)):
         c = compare(f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)

@@ -118,7 +118,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
         for r in results.values():
             r.problems.append(f"the spec's inputs or reference raised {type(e).__name__}: {e}")
         return list(results.values())
-    tol = spec.tolerance(case.dtype)
+    tol = spec.case_tolerance(case)
 
     if "fwd" in results:
         res, t0 = results["fwd"], time.perf_counter()

@@ -197,6 +197,11 @@ MATMUL_SPEC = register(OpSpec(
 # compares the two in the SAME accumulation mode — "-fast_accum" cases fast vs fast, the others promoted
 # every 128 K vs ``_scaled_mm``'s default).
 
+FAST_ACCUM_REL_L2 = 5e-3
+"""The bar for fast-accumulation cases: relative L2 to the float64 product. The elementwise rule (2× eager
+PyTorch's error) fails cuBLAS's own fast mode at K = 8192 (H100: ``_scaled_mm(use_fast_accum=True)`` and ours
+both 2.64e-3, against 1.67e-3 promoted, ``benchmarks/results/h100-80gb-hbm3/``); 5e-3 is ~2× that."""
+
 
 def _fp8_inputs(case: Case, device: torch.device) -> dict:
     """e4m3 operands from N(0, 1) (well inside e4m3's ±448) and positive fp32 scales around 1/√K, so the
@@ -256,14 +261,16 @@ def _fp8_check_cases() -> list[Case]:
         case("64x8192x8192-tensor", _E4M3, M=64, N=8192, K=8192, scaling="tensor", tags=("gpu",)),
         # fast accumulation (no fp32 promotion over the K chain): the same tolerance must hold at long K
         case("64x8192x8192-tensor-fast_accum", _E4M3, M=64, N=8192, K=8192, scaling="tensor", fast_accum=True,
+             max_rel_l2=FAST_ACCUM_REL_L2,
              tags=("gpu",)),
         case("1024x2048x8192-tensor-fast_accum", _E4M3, M=1024, N=2048, K=8192, scaling="tensor",
-             fast_accum=True, tags=("gpu",)),
+             fast_accum=True, max_rel_l2=FAST_ACCUM_REL_L2, tags=("gpu",)),
         case("300x512x1024-row-fast_accum-bias-gelu", _E4M3, M=300, N=512, K=1024, scaling="row", bias=True,
-             act="gelu", fast_accum=True, tags=("gpu",)),
+             act="gelu", fast_accum=True, max_rel_l2=FAST_ACCUM_REL_L2, tags=("gpu",)),
         case("256x512x512-tensor-swiglu-fast_accum", _E4M3, M=256, N=512, K=512, scaling="tensor",
-             act="swiglu", fast_accum=True, tags=("gpu",)),
+             act="swiglu", fast_accum=True, max_rel_l2=FAST_ACCUM_REL_L2, tags=("gpu",)),
         case("130x384x320-block-fast_accum", _E4M3, M=130, N=384, K=320, scaling="block", fast_accum=True,
+             max_rel_l2=FAST_ACCUM_REL_L2,
              tags=("gpu",)),  # ignored with block scales
     ]
     return out
@@ -285,15 +292,17 @@ FP8_MATMUL_SPEC = register(OpSpec(
         # like for like: "8192-tensor" ours promoted vs _scaled_mm default; "-fast_accum" both fast
         case("8192-tensor", _E4M3, M=8192, N=8192, K=8192, scaling="tensor", tags=("gpu", "quick")),
         case("8192-tensor-fast_accum", _E4M3, M=8192, N=8192, K=8192, scaling="tensor", fast_accum=True,
+             max_rel_l2=FAST_ACCUM_REL_L2,
              tags=("gpu",)),
         case("8192-row", _E4M3, M=8192, N=8192, K=8192, scaling="row", tags=("gpu",)),
         case("8192-row-fast_accum", _E4M3, M=8192, N=8192, K=8192, scaling="row", fast_accum=True,
+             max_rel_l2=FAST_ACCUM_REL_L2,
              tags=("gpu",)),
         case("8192-block", _E4M3, M=8192, N=8192, K=8192, scaling="block", tags=("gpu",)),
         case("llama3_70b-gate_up-M4096-block", _E4M3, M=4096, N=57344, K=8192, scaling="block", tags=("gpu",)),
         case("llama3_8b-down-M16-tensor", _E4M3, M=16, N=4096, K=14336, scaling="tensor", tags=("gpu",)),
         case("llama3_8b-down-M16-tensor-fast_accum", _E4M3, M=16, N=4096, K=14336, scaling="tensor",
-             fast_accum=True, tags=("gpu",)),
+             fast_accum=True, max_rel_l2=FAST_ACCUM_REL_L2, tags=("gpu",)),
     ],
     cost=_fp8_cost,
     providers={"kernelworks": Provider("kernelworks", fp8.fp8_matmul),
