@@ -336,7 +336,7 @@ def forced_plan(**knobs: object) -> Iterator[None]:
     """Within the block, ``decode_attention`` launches take these knobs instead of :func:`decode_plan`'s
     choice: ``splits`` (a request: rounded so each split holds whole BLOCK_N blocks), ``BLOCK_N`` (a power
     of two ≥ 16), ``num_warps``, ``num_stages``, ``legacy`` (the first kernel). Unset knobs keep the
-    default plan's values. For GPU sweeps (``_scratch_dbg/attn_decode_sweep.py``) and tests.
+    default plan's values. For GPU sweeps (``benchmarks/sweeps/decode_attention_plan.py``) and tests.
 
     Example::
 

@@ -295,7 +295,7 @@ _FWD_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPEC
 def forced_fwd_plan(**knobs: object) -> Iterator[None]:
     """Within the block, forward launches take these knobs (``BLOCK_M``, ``BLOCK_N``, ``num_warps``,
     ``num_stages``, ``TMA``, ``WARP_SPEC``) over :func:`fwd_plan`'s choice (GPU sweeps:
-    ``_scratch_dbg/attn_fwd_sweep.py``; tests). ``TMA`` where descriptors are unavailable (no Hopper, the
+    ``benchmarks/sweeps/flash_attention_plan.py``; tests). ``TMA`` where descriptors are unavailable (no Hopper, the
     interpreter) or the strides do not allow them raises ``ValueError`` at launch."""
     bad = set(knobs) - set(_FWD_KNOBS)
     if bad:
