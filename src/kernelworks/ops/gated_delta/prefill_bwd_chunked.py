@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gated_delta.prefill_chunked import _varlen_chunks, chunked_prefill_fwd
+from kernelworks.ops.gated_delta.prefill_chunked import _sequence_span, _varlen_chunks, chunked_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -192,18 +192,7 @@ def _dh_scan_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
-    if IS_VARLEN:
-        i_b = i_n * 0
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-        coff = tl.load(p_coff + i_n).to(tl.int64)
-    else:
-        i_b = i_n
-        bos = i_n * 0
-        L = T
-        coff = i_n * NT
-    i_b = i_b.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
-    bos = bos.to(tl.int64)
+    i_b, bos, L, coff = _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN)
     p_q += i_b * s_qb + bos * s_qt + i_hq * s_qh
     p_k += i_b * s_kb + bos * s_kt + i_hq * s_kh
     p_do += i_b * s_ob + bos * s_ot + i_h * s_oh

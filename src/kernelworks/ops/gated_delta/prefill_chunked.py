@@ -56,6 +56,25 @@ def _chunk_span(p_cs, p_ce, i_c, T, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr
 
 
 @triton.jit
+def _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN: tl.constexpr):
+    """Where sequence ``i_n`` of a scan grid lies: ``(i_b, bos, L, coff)`` — its batch row and first token
+    in that row (int64: B·T·H·K passes 2^31 at long contexts), its length (int32) and its first chunk-state
+    row. Dense: row ``i_n``, tokens ``[0, T)``, chunks from ``i_n · NT``; varlen (B = 1): tokens
+    ``[cu[n], cu[n + 1])``, chunks from ``coff[n]``."""
+    if IS_VARLEN:
+        i_b = i_n * 0
+        bos = tl.load(p_cu + i_n).to(tl.int64)
+        L = (tl.load(p_cu + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        coff = tl.load(p_coff + i_n).to(tl.int64)
+    else:
+        i_b = i_n
+        bos = i_n * 0
+        L = T
+        coff = i_n * NT
+    return i_b.to(tl.int64), bos.to(tl.int64), L, coff
+
+
+@triton.jit
 def _inv4_unit_lower(b_A0, b_A1, b_A2, b_A3, SUB: tl.constexpr):
     """``(I + A_i)⁻¹`` for four strictly-lower ``[SUB, SUB]`` fp32 tiles at once (independent chains: the
     steps of one interleave with the others'). Forward substitution: row i of T is ``e_i − Σ_{j<i} A_ij
@@ -310,18 +329,7 @@ def _state_pass_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
-    if IS_VARLEN:
-        i_b = i_n * 0
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-        coff = tl.load(p_coff + i_n).to(tl.int64)
-    else:
-        i_b = i_n
-        bos = i_n * 0
-        L = T
-        coff = i_n * NT
-    i_b = i_b.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
-    bos = bos.to(tl.int64)
+    i_b, bos, L, coff = _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN)
     p_q += i_b * s_qb + bos * s_qt + i_hq * s_qh
     p_k += i_b * s_kb + bos * s_kt + i_hq * s_kh
     p_o += i_b * s_ob + bos * s_ot + i_h * s_oh
