@@ -369,7 +369,9 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
     extra = dict(TMA=False, WARP_SPEC=False)  # every constexpr passed: launch() caches the compiled kernel
     if plan.TMA:
         # descriptors: 16-byte aligned row strides and bases, a Hopper GPU (or an sm_90 plan)
-        misaligned = any((t.stride(-3 if varlen else 1) * t.element_size()) % 16 or t.data_ptr() % 16
+        # every row base a descriptor starts from (batch, sequence start, head) 16-byte aligned: all
+        # strides but the last, not only the row stride (d 100 with 2 KV heads: rows 400 B, heads 200 B)
+        misaligned = any(any((st * t.element_size()) % 16 for st in t.stride()[:-1]) or t.data_ptr() % 16
                          for t in (k, v))
         if forced and forced.get("TMA"):
             if not tma_available():
