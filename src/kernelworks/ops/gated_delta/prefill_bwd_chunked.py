@@ -38,25 +38,19 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gated_delta.prefill_chunked import _sequence_span, _varlen_chunks, chunked_prefill_fwd
+from kernelworks.ops.gated_delta.prefill_chunked import (
+    _chunk_span,
+    _dot32,
+    _inv_unit_lower_product,
+    _sequence_span,
+    _varlen_chunks,
+    chunked_prefill_fwd,
+)
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-@triton.jit
-def _span(p_cs, p_ce, i_c, T, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """``(t0, n)``: the chunk's first token in its batch row and the tokens its sequence has from there on
-    (≥ CHUNK but for a sequence's last chunk; ≤ 0 for a varlen slot past the last chunk)."""
-    if IS_VARLEN:
-        t0 = tl.load(p_cs + i_c).to(tl.int64)
-        n = (tl.load(p_ce + i_c).to(tl.int64) - t0).to(tl.int32)
-    else:
-        t0 = i_c.to(tl.int64) * CHUNK
-        n = (T - t0).to(tl.int32)
-    return t0, n
 
 
 @triton.jit
@@ -88,13 +82,6 @@ def _dot_split(a, b, acc, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _mm32(a, b):
-    """fp32 product of two small T/A blocks, FMA (``ieee``): tf32 would cost T its accuracy, and these
-    are ≤ 32×32×32 (a small share of the work)."""
-    return tl.dot(a, b, input_precision="ieee")
-
-
-@triton.jit
 def _split_rows(x, R: tl.constexpr, N: tl.constexpr):
     """``[R, N]`` → its top and bottom ``[R/2, N]`` halves (register tiles cannot be sliced)."""
     return tl.split(tl.permute(tl.reshape(x, (2, R // 2, N)), (1, 2, 0)))
@@ -119,26 +106,10 @@ def _cat_rows(a, b, R: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _inv_unit_lower_small(b_A, S: tl.constexpr):
-    """``(I + A)⁻¹`` for a strictly-lower ``[S, S]`` fp32 tile, S ≤ 16, by the product form
-    ``(I − A)(I + A²)(I + A⁴)(I + A⁸)`` (exact for nilpotent A with ``A^16 = 0``): 6 small dots, no
-    serial row-by-row chain."""
-    o = tl.arange(0, S)
-    eye = tl.where(o[:, None] == o[None, :], 1.0, 0.0)
-    b_T = eye - b_A
-    b_P = _mm32(b_A, b_A)
-    b_T = _mm32(b_T, eye + b_P)
-    b_P = _mm32(b_P, b_P)
-    b_T = _mm32(b_T, eye + b_P)
-    b_P = _mm32(b_P, b_P)
-    return _mm32(b_T, eye + b_P)
-
-
-@triton.jit
 def _inv_merge(b_T0, b_T1, b_A10, R: tl.constexpr):
     """The ``[2R, 2R]`` inverse of ``I + [[A00, 0], [A10, A11]]`` from ``T0 = (I + A00)⁻¹``,
     ``T1 = (I + A11)⁻¹``: the off-diagonal block is ``−T1 A10 T0``."""
-    b_T10 = -_mm32(b_T1, _mm32(b_A10, b_T0))
+    b_T10 = -_dot32(b_T1, _dot32(b_A10, b_T0))
     b_top = _cat_cols(b_T0, tl.zeros([R, R], dtype=tl.float32), R, R)
     return _cat_rows(b_top, _cat_cols(b_T10, b_T1, R, R), R, 2 * R)
 
@@ -160,8 +131,8 @@ def _ut_inverse_blocked(b_A, C: tl.constexpr):
     b_a, b_b = _split_rows(b_BR, H, H)
     b_A22, _ = _split_cols(b_a, Q, H)
     b_A32, b_A33 = _split_cols(b_b, Q, H)
-    b_T01 = _inv_merge(_inv_unit_lower_small(b_A00, Q), _inv_unit_lower_small(b_A11, Q), b_A10, Q)
-    b_T23 = _inv_merge(_inv_unit_lower_small(b_A22, Q), _inv_unit_lower_small(b_A33, Q), b_A32, Q)
+    b_T01 = _inv_merge(_inv_unit_lower_product(b_A00), _inv_unit_lower_product(b_A11), b_A10, Q)
+    b_T23 = _inv_merge(_inv_unit_lower_product(b_A22), _inv_unit_lower_product(b_A33), b_A32, Q)
     return _inv_merge(b_T01, b_T23, b_BL, H)
 
 
@@ -283,7 +254,7 @@ def _dqkwg_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_b = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
-    t0, n = _span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
     t0 = t0.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
@@ -387,7 +358,7 @@ def _wy_bwd_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_b = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
-    t0, n = _span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
     t0 = t0.to(tl.int64)
