@@ -46,6 +46,22 @@ def test_save_render_and_plot(tmp_path):
     assert "plots/h100-80gb-hbm3/softmax-fwd-sweep.png" in text
 
 
+def test_save_merge_keeps_unmeasured_cases_with_their_run(tmp_path):
+    """A ``--case`` run replaces its case's rows and keeps the rest, tagged with the run that measured them."""
+    root = tmp_path / "results"
+    save(_records(), "softmax", ENV, root)
+    again = [BenchRecord("softmax", "8k-bf16", {"rows": 8192}, "bf16", "fwd", "kernelworks", "ok",
+                         median_ms=0.04, gbs=3000.0, tflops=0.1, pct_sol=99.0)]
+    path = save(again, "softmax", {**ENV, "commit": "new", "date": "d2"}, root, merge=True)
+    recs = json.loads(path.read_text())["records"]
+    assert len(recs) == len(_records())
+    eight = [r for r in recs if r["case"] == "8k-bf16"]
+    assert [r["median_ms"] for r in eight] == [0.04] and "run" not in eight[0]
+    assert all(r["run"] == {"commit": "abc", "date": "d"} for r in recs if r["case"] != "8k-bf16")
+    md = op_markdown(json.loads(path.read_text()))
+    assert "Measured d2 at commit new; some cases d at abc." in md
+
+
 def test_gpu_slug():
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
     assert gpu_slug(None) == "cpu"

@@ -126,6 +126,19 @@ def test_window_int_is_left_only_causal():
                                flash_attention(q, k, v, window=(5, 0)))
 
 
+def test_reference_by_query_blocks_matches_one_shot(monkeypatch):
+    """The reference's row blocking (long benchmark sequences) keeps every row's mask position: a budget of
+    a few rows gives the one-shot result, causal with Sq < Sk and a two-sided window."""
+    torch.manual_seed(5)
+    q, k, v = _qkv(2, 13, 21, 4, 2, 16, torch.float64)
+    kwargs = {"causal": True, "window": (6, 2), "return_lse": True}
+    want_o, want_lse = reference.flash_attention(q, k, v, **kwargs)
+    monkeypatch.setattr(reference, "SCORE_BUDGET", 2 * 4 * 21 * 3)  # 3 query rows a block
+    got_o, got_lse = reference.flash_attention(q, k, v, **kwargs)
+    torch.testing.assert_close(got_o, want_o, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(got_lse, want_lse, atol=1e-12, rtol=1e-12)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_varlen_with_empty_sequences(causal):
     """Packed sequences (one empty, one with keys but no queries, one with queries but no keys) equal

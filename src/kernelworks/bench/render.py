@@ -57,7 +57,9 @@ def op_markdown(result: dict[str, Any], *, subject: str = SUBJECT) -> str:
     env = result.get("environment", {})
     parts = [f"### {result['op']}"]
     if env:
-        parts.append(f"\nMeasured {env.get('date')} at commit {env.get('commit')}.")
+        earlier = sorted({(r["run"].get("date"), r["run"].get("commit")) for r in recs if r.get("run")})
+        parts.append(f"\nMeasured {env.get('date')} at commit {env.get('commit')}"
+                     + ("".join(f"; some cases {d} at {c}" for d, c in earlier) + "." if earlier else "."))
     for mode in dict.fromkeys(r["mode"] for r in recs):
         headers = ["case", *[f"{p} µs (GB/s)" for p in providers], *[f"× {p}" for p in others],
                    f"{subject} % SOL"]

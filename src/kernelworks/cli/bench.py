@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         print(bench_table(records, subject=spec.subject))
         result = {"op": spec.name, "environment": env, "records": [r.as_dict() for r in records]}
         if args.save:
-            print(f"saved {save(records, spec.name, env, Path(args.save))}")
+            # a --case run updates its cases in the op's file and keeps the others (tagged with their run)
+            print(f"saved {save(records, spec.name, env, Path(args.save), merge=bool(args.case))}")
         if args.plot:
             for path in plot_op(result, Path(args.plot)):
                 print(f"plot {path}")

@@ -39,9 +39,28 @@ def window_bounds(window: int | tuple[int, int] | None, causal: bool) -> tuple[i
     return int(left), int(right)
 
 
+SCORE_BUDGET = 1 << 27
+"""Score elements the reference materialises at once: longer problems go by blocks of query rows (a
+varlen benchmark's 8k-token sequence at 32 heads would otherwise hold several 8.6 GB fp32 score tensors)."""
+
+
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, left: int, right: int,
            softcap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One batch of ``[B, S, H, D]`` tensors: ``(o [B, Sq, Hq, D], lse [B, Hq, Sq])``."""
+    """One batch of ``[B, S, H, D]`` tensors: ``(o [B, Sq, Hq, D], lse [B, Hq, Sq])``, by blocks of query
+    rows when the scores would pass :data:`SCORE_BUDGET` elements."""
+    batch, sq, hq = q.shape[:3]
+    sk = k.shape[1]
+    rows = max(1, SCORE_BUDGET // max(1, batch * hq * sk))
+    if rows >= sq:
+        return _dense_rows(q, k, v, scale, left, right, softcap, sk - sq)
+    parts = [_dense_rows(q[:, r:r + rows], k, v, scale, left, right, softcap, r + sk - sq)
+             for r in range(0, sq, rows)]
+    return torch.cat([o for o, _ in parts], dim=1), torch.cat([lse for _, lse in parts], dim=2)
+
+
+def _dense_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, left: int, right: int,
+                softcap: float | None, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query rows ``q [B, n, Hq, D]`` whose row i sits at key position ``pos0 + i``."""
     sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if sk == 0:  # an empty (varlen) key sequence: every row sees nothing
@@ -53,7 +72,7 @@ def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, left
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    i = torch.arange(sq, device=q.device)[:, None] + pos0
     j = torch.arange(sk, device=q.device)[None, :]
     valid = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if left >= 0:

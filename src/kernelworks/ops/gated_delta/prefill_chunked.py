@@ -308,22 +308,26 @@ def _chunk_wy_kernel(
 
 @triton.jit
 def _state_pass_kernel(
-    p_q, p_k, p_G, p_W, p_U, p_h0, p_ht, p_cu, p_coff, p_hs, p_vn, p_o,
-    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_ob, s_ot, s_oh,
+    p_q, p_k, p_v, p_beta, p_w, p_G, p_T, p_W, p_U, p_h0, p_ht, p_cu, p_coff, p_hs, p_vn, p_o,
+    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh, s_ob, s_ot, s_oh,
     T, NT, scale, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
-    STORE_HS: tl.constexpr, FUSE_O: tl.constexpr, SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    STORE_HS: tl.constexpr, FUSE_O: tl.constexpr, FUSE_WY: tl.constexpr, HAS_W: tl.constexpr,
+    SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """The sequential scan: per chunk ``U = Ũ − W S₀ᵀ`` ``[C, BLOCK_V]``, ``S_C = 2^{G_C} S₀ +
     (2^{G_C − G} ⊙ U)ᵀ K``; FUSE_O: ``O = scale [(2^G ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t − G_s}) U]`` too;
-    otherwise U goes to ``vn`` for K3. STORE_HS: each chunk's ``S₀`` to ``hs[coff + j]``.
+    otherwise U goes to ``vn`` for K3. STORE_HS: each chunk's ``S₀`` to ``hs[coff + j]``. FUSE_WY: U from
+    K1a's T directly, ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` (one more dot a chunk), instead of from K1b's W and
+    Ũ — with FUSE_O, the forward is then K1a and this kernel, and only q, k, v, T, the gates and o cross
+    DRAM (no W, Ũ, U or chunk state round trip).
 
-    Grid ``(cdiv(V, BLOCK_V), H_v, N)``. q, k, o as the public layouts; G, W, U, vn the K1/K2
-    intermediates (contiguous ``[B, T, H_v, ·]``); h0/ht ``[N, H_v, V, K]``, hs ``[n_chunks, H_v, V, K]``
-    fp32 contiguous. The state, transposed (``Sᵀ [K, BLOCK_V]``), stays fp32 in registers; where it is a
-    16-bit dot operand it is split hi + lo (two dots) so its products keep ~16 mantissa bits.
+    Grid ``(cdiv(V, BLOCK_V), H_v, N)``. q, k, v, o as the public layouts, beta/w ``[B, T, H_v]`` (any
+    strides); G, T, W, U, vn the K1/K2 intermediates (contiguous ``[B, T, H_v, ·]``); h0/ht ``[N, H_v, V,
+    K]``, hs ``[n_chunks, H_v, V, K]`` fp32 contiguous. The state, transposed (``Sᵀ [K, BLOCK_V]``), stays
+    fp32 in registers; where it is a 16-bit dot operand it may be split hi + lo (two dots) so its products
+    keep ~16 mantissa bits.
     """
     i_v = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
@@ -335,8 +339,14 @@ def _state_pass_kernel(
     p_o += i_b * s_ob + bos * s_ot + i_h * s_oh
     row0 = (i_b * T + bos) * H_V + i_h
     p_G += row0
-    p_W += row0 * K
-    p_U += row0 * V
+    if FUSE_WY:
+        p_v += i_b * s_vb + bos * s_vt + i_h * s_vh
+        p_beta += i_b * s_bb + bos * s_bt + i_h * s_bh
+        p_w += i_b * s_wb + bos * s_wt + i_h * s_wh
+        p_T += row0 * CHUNK
+    else:
+        p_W += row0 * K
+        p_U += row0 * V
     p_vn += row0 * V
 
     o_k = tl.arange(0, BLOCK_K)
@@ -369,9 +379,10 @@ def _state_pass_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         b_k = tl.load(p_k + o_t[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
         DT = b_k.dtype
-        b_wk = tl.load(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0)
-        b_u = tl.load(p_U + o_t[:, None] * (H_V * V) + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
         b_G = tl.load(p_G + o_t * H_V, mask=m_t, other=0.0)
+        if not FUSE_WY:
+            b_wk = tl.load(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0)
+            b_u = tl.load(p_U + o_t[:, None] * (H_V * V) + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
         # G at the chunk's last token (a sequence's last chunk may be short)
         b_G_last = tl.sum(tl.where(o_c == tl.minimum(L - c0, CHUNK) - 1, b_G, 0.0), 0)
 
@@ -385,9 +396,24 @@ def _state_pass_kernel(
             b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
             if SPLIT_O:
                 b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
-        b_u -= tl.dot(b_wk, b_s_hi, input_precision=DOT_PRECISION)
-        if SPLIT_STATE:
-            b_u -= tl.dot(b_wk, b_s_lo, input_precision=DOT_PRECISION)
+        if FUSE_WY:
+            # U = T (w ⊙ V) − T (βγ ⊙ K) S₀ᵀ = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]: T applied after the state's share is
+            # subtracted, so W = T (βγ ⊙ K) [C, K] is never formed (one [C, C] × [C, BLOCK_V] dot instead of
+            # a [C, C] × [C, K] one and its fp32 [C, K] accumulator), the difference rounded once. Rows past
+            # the sequence end: T, β, w, v load as 0.
+            b_T = tl.load(p_T + o_t[:, None] * (H_V * CHUNK) + o_c[None, :], mask=m_t[:, None], other=0.0)
+            b_bt = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
+            b_ws = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_bt
+            b_y = (b_k * (b_bt * tl.exp2(b_G))[:, None]).to(DT)
+            b_x = tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
+            b_d = b_x * b_ws[:, None] - tl.dot(b_y, b_s_hi, input_precision=DOT_PRECISION)
+            if SPLIT_STATE:
+                b_d -= tl.dot(b_y, b_s_lo, input_precision=DOT_PRECISION)
+            b_u = tl.dot(b_T, b_d.to(DT), input_precision=DOT_PRECISION)
+        else:
+            b_u -= tl.dot(b_wk, b_s_hi, input_precision=DOT_PRECISION)
+            if SPLIT_STATE:
+                b_u -= tl.dot(b_wk, b_s_lo, input_precision=DOT_PRECISION)
         # the state update takes (2^{G_C − G} ⊙ U)ᵀ K: the decay folded into U before its one rounding to
         # the operand dtype, and k as loaded (exact), instead of rounding U and 2^{G_C − G} ⊙ K separately
         # (bf16 emulation of the spec case b1-t256-sat1: 215 instead of 572 final-state elements past the
@@ -500,6 +526,8 @@ class _Plan(NamedTuple):
     inv_product: bool = False  # K1a: diagonal blocks by the product form (no serial substitution)
     hs_16bit: bool = False     # K2 → K3: chunk-start states in the input dtype instead of fp32
     split_scan: bool = True    # K2: the fp32 state as a 16-bit dot operand split hi + lo (two dots)
+    split_out: bool = True     # K2 fused: the output's Q S₀ᵀ with the state split hi + lo too
+    fuse_wy: bool = False      # K2 fused: W and Ũ formed in the scan from T (no K1b launch)
 
 
 @cached_plan
@@ -533,13 +561,14 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     if interpreter_active():
         bv = min(block_v_all, 32)
         return _Plan(chunk_size, block_k, block_v_all, bv, bv, 1, 1, 1, 1, 1, "ieee", inv_product=True,
-                     hs_16bit=not fp32)
+                     hs_16bit=not fp32, fuse_wy=fused)
     if fp32:
         bv = min(block_v_all, 16)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 1 if fused else 2, 4, "ieee")
     if fused:
-        bv = min(block_v_all, 32)
-        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 8, 1, 4, "ieee", inv_product=True)
+        bv = min(block_v_all, 64)
+        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
+                     split_scan=False, split_out=False, fuse_wy=True)
     bv = min(block_v_all, 64)
     return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True, hs_16bit=True,
                  split_scan=False)
@@ -618,8 +647,6 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
     G = empty((B, T, H_v), dtype=torch.float32, device=dev)
     Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
-    W = empty((B, T, H_v, K), dtype=dt, device=dev)
-    U = empty((B, T, H_v, V), dtype=dt, device=dev)
     launch(_chunk_inverse_kernel, (slots_per_row, H_v, B),
            k, g, beta, cs, ce, G, Tm,
            k.stride(0), k.stride(1), k.stride(2), g.stride(0), g.stride(1), g.stride(2),
@@ -627,13 +654,20 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            T, H_v // H_qk,
            num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
            IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision)
-    launch(_chunk_wy_kernel, (slots_per_row, H_v, B),
-           k, v, beta, w, G, Tm, cs, ce, W, U,
-           k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-           beta.stride(0), beta.stride(1), beta.stride(2), w.stride(0), w.stride(1), w.stride(2),
-           T, H_v // H_qk,
-           num_warps=plan.warps_wy, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=plan.BLOCK_V_ALL,
-           IS_VARLEN=cu_seqlens is not None, HAS_W=write_strength is not None, DOT_PRECISION=precision)
+    fuse_wy = bool(fuse_output and plan.fuse_wy)
+    if fuse_wy:
+        W = U = G  # unused pointers: the scan forms W and Ũ from T
+    else:
+        W = empty((B, T, H_v, K), dtype=dt, device=dev)
+        U = empty((B, T, H_v, V), dtype=dt, device=dev)
+        launch(_chunk_wy_kernel, (slots_per_row, H_v, B),
+               k, v, beta, w, G, Tm, cs, ce, W, U,
+               k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+               beta.stride(0), beta.stride(1), beta.stride(2), w.stride(0), w.stride(1), w.stride(2),
+               T, H_v // H_qk,
+               num_warps=plan.warps_wy, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k,
+               BLOCK_V=plan.BLOCK_V_ALL, IS_VARLEN=cu_seqlens is not None, HAS_W=write_strength is not None,
+               DOT_PRECISION=precision)
 
     o = empty((B, T, H_v, V), dtype=dt, device=dev)
     ht = empty((n_seq, H_v, V, K) if output_final_state else (0,), dtype=torch.float32, device=dev)
@@ -646,14 +680,16 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
     launch(_state_pass_kernel, (n_v, H_v, n_seq),
-           q, k, G, W, U, h0, ht, cu, coff_arg, hs, vn if not fuse_output else o, o,
+           q, k, v, beta, w, G, Tm, W, U, h0, ht, cu, coff_arg, hs, vn if not fuse_output else o, o,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-           o.stride(0), o.stride(1), o.stride(2),
+           v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
+           w.stride(0), w.stride(1), w.stride(2), o.stride(0), o.stride(1), o.stride(2),
            T, nt, scale, H_v // H_qk,
            num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=block_k, BLOCK_V=block_v,
            IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
-           STORE_HS=keep_h, FUSE_O=fuse_output, SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=not fp32,
+           STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy, HAS_W=write_strength is not None,
+           SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
            DOT_PRECISION=precision)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
@@ -663,6 +699,6 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                T, nt, scale, H_v // H_qk,
                num_warps=plan.warps_out, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=plan.BLOCK_V_OUT,
                IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not (fp32 or hs_16), DOT_PRECISION=precision)
-    saved = {"chunk": chunk, "G": G, "T": Tm, "W": W, "U_tilde": U, "h": hs if keep_h else None,
-             "v_new": vn if not fuse_output else None, "chunk_offsets": coff}
+    saved = {"chunk": chunk, "G": G, "T": Tm, "W": None if fuse_wy else W, "U_tilde": None if fuse_wy else U,
+             "h": hs if keep_h else None, "v_new": vn if not fuse_output else None, "chunk_offsets": coff}
     return (o if need_output else None), (ht if output_final_state else None), saved
