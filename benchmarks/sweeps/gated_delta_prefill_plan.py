@@ -26,12 +26,10 @@ from kernelworks.ops.gated_delta import prefill_chunked, reference
 VARIANTS: list[dict] = [
     {},
     {"fused": True},
+    {"fused": True, "late_out": True},
+    {"fused": True, "late_out": True, "stages_scan": 3},
+    {"fused": True, "stages_scan": 3},
     {"fused": True, "BLOCK_V": 32},
-    {"fused": True, "BLOCK_V": 32, "stages_scan": 1},
-    {"fused": True, "BLOCK_V": 32, "stages_scan": 3},
-    {"fused": True, "BLOCK_V": 64, "stages_scan": 1},
-    {"fused": True, "BLOCK_V": 32, "split_out": True},
-    {"fused": True, "BLOCK_V": 32, "fuse_wy": False},
 ]
 """Plan fields to replace; ``"fused": True`` runs the fused form (output inside the scan, no K3; with the
 plan's ``fuse_wy`` no K1b either) instead of the 3-kernel one."""

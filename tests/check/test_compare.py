@@ -32,6 +32,30 @@ def test_matching_infinities_pass_and_nan_mismatch_fails():
     assert not c.passed and "non-finite" in c.problem
 
 
+def test_blocked_comparison_matches_one_block(monkeypatch):
+    """Large outputs stream through in blocks: the metrics, the baseline's scale and the reported
+    positions (in the output's own shape) are those of the one-block comparison."""
+    import importlib
+
+    module = importlib.import_module("kernelworks.check.compare")
+
+    torch.manual_seed(0)
+    ref = torch.randn(5, 7, 3, dtype=torch.float64)
+    base = ref + 0.01 * torch.randn_like(ref)
+    out = (ref + 0.004 * torch.randn_like(ref)).float()
+    out[4, 6, 1] += 1.0
+    out[2, 0, 0] = float("nan")
+    whole = compare("o", out, ref, base, TOL)
+    monkeypatch.setattr(module, "COMPARE_BLOCK", 8)
+    blocked = compare("o", out, ref, base, TOL)
+    assert blocked.baseline_abs == whole.baseline_abs and blocked.max_abs == whole.max_abs
+    assert blocked.rel_l2 == pytest.approx(whole.rel_l2, rel=1e-12)
+    assert not blocked.passed and blocked.problem == whole.problem and "(2, 0, 0)" in blocked.problem
+    out[2, 0, 0] = ref[2, 0, 0]
+    bad = compare("o", out, ref, base, TOL)
+    assert not bad.passed and "1 element(s)" in bad.problem and "(4, 6, 1)" in bad.problem
+
+
 def test_shape_mismatch():
     c = compare("o", torch.zeros(3), torch.zeros(4, dtype=torch.float64), None, TOL)
     assert not c.passed and "shape" in c.problem

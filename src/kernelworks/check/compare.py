@@ -37,12 +37,34 @@ def _finite_abs_err(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return torch.where(both, (a - ref).abs(), torch.zeros_like(ref))
 
 
-def _positions(mask: torch.Tensor, out: torch.Tensor, ref: torch.Tensor, limit: int = 3) -> str:
-    idx = mask.nonzero()[:limit]
-    parts = [f"{tuple(i.tolist())}: got {out[tuple(i)].item():.6g}, want {ref[tuple(i)].item():.6g}"
-             for i in idx]
-    more = int(mask.sum()) - len(parts)
+COMPARE_BLOCK = 1 << 25
+"""Elements compared at once (in float64): large outputs (a 410k-token attention output is 1.7 G elements)
+stream through in blocks instead of holding several float64 copies of the whole tensor."""
+
+
+def _positions(flat_idx: list[int], count: int, out: torch.Tensor, ref: torch.Tensor) -> str:
+    parts = []
+    for i in flat_idx:
+        pos = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), out.shape)) if out.dim() else ()
+        parts.append(f"{pos}: got {float(out[pos]):.6g}, want {float(ref[pos]):.6g}")
+    more = count - len(parts)
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _blocks(*tensors: torch.Tensor | None):
+    """``(start, float64 blocks…)`` over the flattened tensors, :data:`COMPARE_BLOCK` elements at a time."""
+    flat = [t.detach().reshape(-1) if t is not None else None for t in tensors]
+    dev = flat[0].device
+    for s in range(0, flat[0].numel(), COMPARE_BLOCK):
+        yield (s, *(f[s:s + COMPARE_BLOCK].to(device=dev, dtype=torch.float64) if f is not None else None
+                    for f in flat))
+
+
+def _first(mask: torch.Tensor, start: int, found: list[int], limit: int = 3) -> int:
+    """Append up to ``limit`` flat positions of ``mask`` (a block starting at ``start``); return its count."""
+    if len(found) < limit:
+        found += (mask.nonzero()[: limit - len(found), 0] + start).tolist()
+    return int(mask.sum())
 
 
 def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor | None,
@@ -59,35 +81,41 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
         return fail(f"shape {tuple(out.shape)}, want {tuple(ref.shape)}")
     if expected_dtype is not None and out.dtype != expected_dtype:
         return fail(f"dtype {dtype_name(out.dtype)}, want {dtype_name(expected_dtype)}")
-
-    o = out.detach().to(torch.float64)
-    r = ref.detach().to(device=o.device, dtype=torch.float64)
-    finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
-    nonfinite_mismatch = (finite_o != finite_r) | (~finite_o & ~finite_r & ~((o == r) | (o.isnan() & r.isnan())))
-    err = _finite_abs_err(o, r)
-    denom = r.abs() + tol.atol
-    max_abs = float(err.max()) if err.numel() else 0.0
-    max_rel = float((err / denom).max()) if err.numel() else 0.0
-    ref_norm = float(torch.where(finite_r, r, torch.zeros_like(r)).norm())
-    rel_l2 = float(err.norm()) / ref_norm if ref_norm > 0 else max_abs
+    ref = ref.to(out.device)
+    if baseline is not None and tuple(baseline.shape) != tuple(ref.shape):
+        baseline = None
 
     baseline_abs = 0.0
-    if baseline is not None and tuple(baseline.shape) == tuple(ref.shape):
-        b = baseline.detach().to(device=o.device, dtype=torch.float64)
-        baseline_abs = float(_finite_abs_err(b, r).max()) if b.numel() else 0.0
+    if baseline is not None and baseline.numel():
+        for _, b, r in _blocks(baseline.to(out.device), ref):
+            baseline_abs = max(baseline_abs, float(_finite_abs_err(b, r).max()))
     allowed = tol.factor * baseline_abs + tol.atol
 
-    if bool(nonfinite_mismatch.any()):
-        unwritten = bool((o.isnan() & finite_r).any())
+    max_abs = max_rel = err_sq = ref_sq = 0.0
+    nonfinite, bad = [], []
+    n_nonfinite = n_bad = 0
+    unwritten = False
+    for start, o, r in _blocks(out, ref):
+        finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
+        mismatch = (finite_o != finite_r) | (~finite_o & ~finite_r & ~((o == r) | (o.isnan() & r.isnan())))
+        n_nonfinite += _first(mismatch, start, nonfinite)
+        unwritten |= bool((o.isnan() & finite_r).any())
+        err = _finite_abs_err(o, r)
+        max_abs = max(max_abs, float(err.max()))
+        max_rel = max(max_rel, float((err / (r.abs() + tol.atol)).max()))
+        err_sq += float(err.square().sum())
+        ref_sq += float(torch.where(finite_r, r, torch.zeros_like(r)).square().sum())
+        n_bad += _first(err - tol.rtol * r.abs() > allowed, start, bad)
+    rel_l2 = err_sq ** 0.5 / ref_sq ** 0.5 if ref_sq > 0 else max_abs
+
+    if n_nonfinite:
         what = "NaN where the reference is finite (unwritten or broken elements)" if unwritten \
             else "non-finite values differ from the reference"
         return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, False,
-                          f"{what}: {_positions(nonfinite_mismatch, o, r)}")
-    excess = err - tol.rtol * r.abs()
-    bad = excess > allowed
-    if bool(bad.any()) and not (tol.max_rel_l2 is not None and rel_l2 <= tol.max_rel_l2):
+                          f"{what}: {_positions(nonfinite, n_nonfinite, out, ref)}")
+    if n_bad and not (tol.max_rel_l2 is not None and rel_l2 <= tol.max_rel_l2):
         return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, False,
-                          f"{int(bad.sum())} element(s) beyond tolerance: {_positions(bad, o, r)}")
+                          f"{n_bad} element(s) beyond tolerance: {_positions(bad, n_bad, out, ref)}")
     return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, True)
 
 

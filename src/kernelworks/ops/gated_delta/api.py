@@ -65,13 +65,13 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     if q.dtype != torch.float32:
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
         # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
-        # fuse_output=False: the fused state pass (o inside the scan, no chunk-state round trip) reads
-        # shared memory out of bounds on sm_90 as triton 3.6 compiles it (compute-sanitizer: invalid 1 KB
-        # __shared__ reads, then a launch failure); the 3-kernel form is clean there and is the default.
+        # the fused form: chunk inverses, then one scan that forms U and the output (no W, Ũ, U or chunk
+        # state through memory). Its single-stage plans were miscompiled on sm_90 by triton 3.6 (invalid
+        # shared-memory reads, illegal address); the 2-stage plan the GPU gets is sanitizer-clean.
         o, final, _ = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                           output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                                           chunk_size=chunk_size, write_strength=write_strength,
-                                          fuse_output=False)
+                                          fuse_output=True)
         if final is None:  # the custom op's schema returns a tensor: empty, as the fake says
             final = empty((0,), dtype=torch.float32, device=v.device)
         return o, final

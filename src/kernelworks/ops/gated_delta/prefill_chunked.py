@@ -314,7 +314,7 @@ def _state_pass_kernel(
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     STORE_HS: tl.constexpr, FUSE_O: tl.constexpr, FUSE_WY: tl.constexpr, HAS_W: tl.constexpr,
-    SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr, LATE_O: tl.constexpr = False,
 ):
     """The sequential scan: per chunk ``U = Ũ − W S₀ᵀ`` ``[C, BLOCK_V]``, ``S_C = 2^{G_C} S₀ +
     (2^{G_C − G} ⊙ U)ᵀ K``; FUSE_O: ``O = scale [(2^G ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t − G_s}) U]`` too;
@@ -389,7 +389,7 @@ def _state_pass_kernel(
         b_s_hi = b_st.to(DT)
         if SPLIT_STATE:
             b_s_lo = (b_st - b_s_hi.to(tl.float32)).to(DT)
-        if FUSE_O:
+        if FUSE_O and not LATE_O:
             # the state's share of the output first, so S₀'s operand halves die before U is formed
             b_q = tl.load(p_q + o_t[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
             b_qg = (b_q * tl.exp2(b_G)[:, None]).to(DT)
@@ -422,6 +422,12 @@ def _state_pass_kernel(
         b_u = b_u.to(DT)  # U as the output's operand (and K3's input)
 
         if FUSE_O:
+            if LATE_O:
+                b_q = tl.load(p_q + o_t[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
+                b_qg = (b_q * tl.exp2(b_G)[:, None]).to(DT)
+                b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
+                if SPLIT_O:
+                    b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
             b_qk = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION)
             # rows past the end load G = 0: masked too (their G_t − G_s > 0 would overflow)
             m_p = m_causal & m_t[:, None]
@@ -528,6 +534,7 @@ class _Plan(NamedTuple):
     split_scan: bool = True    # K2: the fp32 state as a 16-bit dot operand split hi + lo (two dots)
     split_out: bool = True     # K2 fused: the output's Q S₀ᵀ with the state split hi + lo too
     fuse_wy: bool = False      # K2 fused: W and Ũ formed in the scan from T (no K1b launch)
+    late_out: bool = False     # K2 fused: the output's Q S₀ᵀ after U (q loaded late) instead of first
 
 
 @cached_plan
@@ -564,7 +571,7 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
                      hs_16bit=not fp32, fuse_wy=fused)
     if fp32:
         bv = min(block_v_all, 16)
-        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 1 if fused else 2, 4, "ieee")
+        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 2, 4, "ieee")
     if fused:
         bv = min(block_v_all, 64)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
@@ -690,7 +697,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
            STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy, HAS_W=write_strength is not None,
            SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
-           DOT_PRECISION=precision)
+           DOT_PRECISION=precision, LATE_O=plan.late_out)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
                q, k, G, hs, vn, cs, ce, o,
