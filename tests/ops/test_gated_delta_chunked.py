@@ -21,7 +21,7 @@ DEVICE = default_device()
 F32, F16, F64, BF16 = torch.float32, torch.float16, torch.float64, torch.bfloat16
 MODES = [True, False]
 MODE_IDS = ["fused", "3-kernel"]
-FUSED_SCAN_SPILL_B = 128
+FUSED_SCAN_SPILL_B = 64
 """The fused scan's sm_90 spill bound (bytes/thread): its GPU plan sits at 255 registers and spills a little
 in the varlen + initial state + write strength specialisation (the dense bench shape: none)."""
 

@@ -70,17 +70,18 @@ def gpu_slug(name: str | None) -> str:
 def save(records: Sequence[BenchRecord], op: str, env: dict[str, Any], root: Path, *, merge: bool = False) -> Path:
     """Write one op's records under ``root/<gpu>/<op>.json`` and return the path.
 
-    merge: keep the file's records for the cases this run did not measure (a ``--case`` run), each tagged
-    ``run = {commit, date}`` of the run that measured it; a (case, mode, provider) measured again is
-    replaced. Ratios stay within one run: every provider of a case is timed in the same run."""
+    merge: keep the file's records for the (case, mode) pairs this run did not measure (a ``--case`` or
+    ``--mode`` run), each tagged ``run = {commit, date}`` of the run that measured it; a pair measured again
+    is replaced whole. Ratios stay within one run: every provider of a pair is timed in the same run."""
     path = root / gpu_slug(env.get("gpu")) / f"{op}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [r.as_dict() for r in records]
     if merge and path.exists():
         old = json.loads(path.read_text())
-        fresh = {r["case"] for r in rows}
+        fresh = {(r["case"], r["mode"]) for r in rows}
         run = {k: old.get("environment", {}).get(k) for k in ("commit", "date")}
-        kept = [{**r, "run": r.get("run", run)} for r in old.get("records", []) if r["case"] not in fresh]
+        kept = [{**r, "run": r.get("run", run)} for r in old.get("records", [])
+                if (r["case"], r["mode"]) not in fresh]
         rows = kept + rows
     path.write_text(json.dumps({"op": op, "environment": env, "records": rows}, indent=1) + "\n")
     return path

@@ -51,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
         print(bench_table(records, subject=spec.subject))
         result = {"op": spec.name, "environment": env, "records": [r.as_dict() for r in records]}
         if args.save:
-            # a --case run updates its cases in the op's file and keeps the others (tagged with their run)
-            print(f"saved {save(records, spec.name, env, Path(args.save), merge=bool(args.case))}")
+            # a --case / --mode run updates its (case, mode) pairs in the op's file and keeps the others
+            # (tagged with their run)
+            merge = bool(args.case) or args.mode is not None
+            print(f"saved {save(records, spec.name, env, Path(args.save), merge=merge)}")
         if args.plot:
             for path in plot_op(result, Path(args.plot)):
                 print(f"plot {path}")

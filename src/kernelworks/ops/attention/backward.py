@@ -9,8 +9,9 @@ a softcap, ``dS ∘ (1 − tanh²)``.
 Three kernels:
 
 1. ``_attn_bwd_delta_kernel``: Δ, fp32 ``[B, Hq, Sq]`` like lse (one read of O and dO);
-2. ``_attn_bwd_dkdv_kernel``: one program per (batch, KV head, KV block) loops over every query head of
-   its group and the query blocks of the band, so dK and dV are summed in registers and written once;
+2. ``_attn_bwd_dkdv_kernel``: one program per (batch, query head, KV block) loops over the query blocks
+   of the band, dK and dV summed in registers and written once; with grouped heads each query head writes
+   its fp32 share and a fixed-order sum over the group gives dK, dV (deterministic: no atomics);
 3. ``_attn_bwd_dq_kernel``: one program per (batch, query head, query block) loops over the key blocks.
 
 The cost of determinism: QKᵀ and dO Vᵀ are computed twice (once per pass): 5 matmuls of ``Sq·Sk·D`` in
@@ -119,18 +120,23 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
                           stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                           stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                           stride_dkb, stride_dks, stride_dkh, stride_lb, stride_lh,
-                          seqlen_q, seqlen_k, n_kv_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
+                          seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
                           left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
                           HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
                           DOT_PREC: tl.constexpr):
-    """``dV[b, j, g] = Σ_{h ∈ group g} Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK[b, j, g] = scale · Σ_h Σ_i
-    dS'[b,h,i,j] Q[b,i,h]``. Shapes as the forward's; dk, dv ``[B, Sk, Hkv, D]`` with the same strides.
-    Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hkv)``."""
+    """Query head h's share of the KV gradients: ``dV_h[b, j] = Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK_h[b, j] =
+    scale · Σ_i dS'[b,h,i,j] Q[b,i,h]`` for KV head ``h // group``. Shapes as the forward's; dk, dv ``[B,
+    Sk, Hq, D]`` (the fp32 shares, summed over each group by the launcher; with group 1 they are the
+    gradients, in k's dtype), both with dk's strides. Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hq)``.
+
+    One query head per program rather than a loop over the group inside: that loop around the band loops
+    spilled at 64-row query steps on sm_90 and forced 16-row steps, 0.82× SDPA-flash on GQA 4:1."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = i_bh // n_kv_heads
-    i_hk = i_bh % n_kv_heads
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
     len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
     n0 = i_n * BLOCK_N
     if n0 >= len_k:
@@ -154,27 +160,23 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
     b_dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     # query i sees key j iff i + off − left ≤ j ≤ i + off + right, i.e. j − off − right ≤ i ≤ j − off + left
     lo, a, b, hi = band(n0, BLOCK_N, BLOCK_M, -off, len_q, right, left, HAS_RIGHT, HAS_LEFT, False)
-    for i_g in range(0, group):
-        i_h = i_hk * group + i_g  # a tensor (the interpreter's range yields Python ints)
-        p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
-        p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
-        o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
-        p_lh = p_lse + o_l
-        p_dh = p_delta + o_l
-        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
-                                 m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
-                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
-        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
-                                 m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2,
-                                 False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
-        b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
-                                 m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
-                                 True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
-    p_dkh = p_dk + dk_off + i_hk.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
-    # dk and dv share one layout (both allocated contiguous like k)
-    p_dvh = p_dv + dk_off + i_hk.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
-    tl.store(p_dkh, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
-    tl.store(p_dvh, b_dv.to(p_dv.dtype.element_ty), mask=m_t)
+    p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
+    p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    p_lh = p_lse + o_l
+    p_dh = p_delta + o_l
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
+                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2,
+                             False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
+                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    o_out = dk_off + i_h.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
+    tl.store(p_dk + o_out, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
+    tl.store(p_dv + o_out, b_dv.to(p_dv.dtype.element_ty), mask=m_t)
 
 
 @triton.jit
@@ -278,25 +280,21 @@ class BwdPlan:
 
 
 @cached_plan
-def bwd_plan(head_dim: int, grouped: bool, fp32: bool, capability: tuple[int, int] | None) -> BwdPlan:
+def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> BwdPlan:
     """Interpreter: 16-wide tiles. GPU (sm_90 AOT figures): the dK/dV pass holds two fp32 ``[KV_N, D]``
     accumulators (2·128·128·4 B over 256 threads = 128 registers at d 128), so KV_N 128 (the M side of
     every product: two 64-row warpgroups) × KV_M 64 query rows a step, 8 warps, 2 stages: 252 registers,
-    0 spill at d 128 (201 at d 64). With GQA (``grouped``: the loop over the group's query heads around
-    the band loops) the same tiles spill 480 B; KV_M 16 with 2 stages fits every GQA check/bench case
-    (238–254 registers, 0 spill; 3 stages spilled 64 B on 1000-token causal cases; KV_M 32 spills 16–104
-    B). The dQ pass: Q_M 128 × Q_N 64, 8 warps, 2 stages (215 / 128 registers at d 128 / 64). d > 128:
-    dK/dV 64 × 16, dQ 64 × 32 (32-row dK/dV steps spill ~0.5 KiB).
+    0 spill at d 128 (201 at d 64); grouped heads take the same tiles (one query head per program). The
+    dQ pass: Q_M 128 × Q_N 64, 8 warps, 2 stages (215 / 128 registers at d 128 / 64). d > 128: dK/dV
+    64 × 16, dQ 64 × 32 (32-row dK/dV steps spill ~0.5 KiB).
     fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
-    0 spill at d 128). None of it is measured yet."""
+    0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
     if capability is None and interpreter_active():
         return BwdPlan(16, 16, 16, 16, block_d, 1, 1, 1)
     if fp32:
         return BwdPlan(16, 32, 32, 16, block_d, 4, 1, 1)
     if block_d <= 128:
-        if grouped:
-            return BwdPlan(16, 128, 128, 64, block_d, 8, 2, 2)
         return BwdPlan(64, 128, 128, 64, block_d, 8, 2, 2)
     return BwdPlan(16, 64, 64, 32, block_d, 8, 2, 2)
 
@@ -322,10 +320,14 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
         ls = (lse.stride(0), lse.stride(1))
     if dlse is not None:
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
-    plan = bwd_plan(d, hq != hkv, q.dtype == torch.float32, gpu_capability())
+    plan = bwd_plan(d, q.dtype == torch.float32, gpu_capability())
+    group = hq // hkv
     dq = empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = empty(v.shape, dtype=v.dtype, device=v.device)
+    # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),
+    # summed over the group below
+    kv_shape = (*k.shape[:-2], hq, k.shape[-1])
+    dk = empty(kv_shape if group > 1 else k.shape, dtype=torch.float32 if group > 1 else k.dtype, device=k.device)
+    dv = empty(kv_shape if group > 1 else v.shape, dtype=torch.float32 if group > 1 else v.dtype, device=v.device)
     delta = empty(lse.shape, dtype=torch.float32, device=q.device)
     if softcap > 0:
         qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
@@ -338,16 +340,18 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
     common = {"IS_VARLEN": varlen, "HAS_LEFT": left >= 0, "HAS_RIGHT": right >= 0, "SOFTCAP": softcap > 0,
               "BLOCK_D": plan.BLOCK_D, "EVEN_D": d == plan.BLOCK_D, "DOT_PREC": dot_precision(q.dtype)}
     if sq == 0 or sk == 0:
-        dq.zero_(), dk.zero_(), dv.zero_()
-        return dq, dk, dv
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     launch(_attn_bwd_delta_kernel, (cdiv(sq, 64 if plan.Q_M >= 64 else 16), batch * hq), o, do,
            dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, sq, hq, d,
            num_warps=4 if plan.num_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
            BLOCK_M=64 if plan.Q_M >= 64 else 16, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
-    launch(_attn_bwd_dkdv_kernel, (cdiv(sk, plan.KV_N), batch * hkv), q, k, v, do, lse, delta, dk, dv, cuq, cuk,
-           *qs, *ks, *vs, *dos, *dks, *ls, sq, sk, hkv, hq // hkv, d, scale, qk_scale, softcap_log2, left, right,
+    launch(_attn_bwd_dkdv_kernel, (cdiv(sk, plan.KV_N), batch * hq), q, k, v, do, lse, delta, dk, dv, cuq, cuk,
+           *qs, *ks, *vs, *dos, *dks, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
            num_warps=plan.num_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N, **common)
     launch(_attn_bwd_dq_kernel, (cdiv(sq, plan.Q_M), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
-           *qs, *ks, *vs, *dos, *dqs, *ls, sq, sk, hq, hq // hkv, d, scale, qk_scale, softcap_log2, left, right,
+           *qs, *ks, *vs, *dos, *dqs, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
            num_warps=plan.num_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
+    if group > 1:  # the group's shares in a fixed order (a deterministic reduction, then one rounding)
+        dk = dk.unflatten(-2, (hkv, group)).sum(-2).to(k.dtype)
+        dv = dv.unflatten(-2, (hkv, group)).sum(-2).to(v.dtype)
     return dq, dk, dv

@@ -13,12 +13,17 @@ K1b ``_chunk_wy_kernel`` — same grid: ``W = T (βγ ⊙ K)`` ``[C, K]`` and ``
     the input dtype (as fla does). (One kernel did both before: 8 warps, one program per SM, 1.24 ms of
     the forward's 2.65 ms on the H100 — its serial substitution exposed.)
 K2 ``_state_pass_kernel`` — grid (V-blocks, H_v, sequences), chunks in order, the state fp32 in registers:
-    ``U = Ũ − W S₀ᵀ`` (the fp32 state split hi + lo for 16-bit dots);
+    ``U = Ũ − W S₀ᵀ`` (optionally the fp32 state split hi + lo for 16-bit dots);
     ``S_C = γ_C S₀ + (2^{G_C−G} ⊙ U)ᵀ K``.
     FUSE_O: also the output here, ``O = scale [(γ ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t−G_s}) U]`` (no state
     round trip, the output work serialised with the scan). Otherwise it stores U and every chunk-start
-    state ``S₀`` (fp32) for
+    state ``S₀`` for
 K3 ``_chunk_output_kernel`` — grid (V-blocks, chunks, B·H_v), all chunks in parallel: the output formula.
+
+The public forward is K1a + K2 fused with FUSE_WY: ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` straight from T, so
+K1b and K3 do not run and only q, k, v, T, the gates and o cross DRAM (H100, B 8 T 4096 H 16: 656 µs
+against 1106 for the four-kernel form and 1029 for fla). The four-kernel form stays for the backward,
+whose recompute needs W, U and the chunk-start states.
 
 Intermediates are token-indexed (``[B, T, H_v, ·]``, contiguous), so dense and packed (varlen) batches
 share them; chunk-start states are rows ``[n_chunks, H_v, V, K]`` (sequence n's chunk j at row
@@ -548,18 +553,25 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
       chains overlap). 1 warp spills (528 B/thread).
     - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product (148 µs; 8 warps
       no better).
-    - K2 unfused: 64-row V blocks, 4 warps, 2 stages (the next chunk's loads in flight), the state a
-      single 16-bit operand (``split_scan=False``, 206 registers): 294 µs on the H100 against 358 with 32
-      rows and the hi + lo split (64 rows with the split spill 88–104 B/thread), the output's and final
-      state's errors against the float64 recurrence unchanged (3.7e-3 / 2.9e-3: the 16-bit T, W, Ũ
+    - K2 unfused (the backward's recompute): 64-row V blocks, 4 warps, 2 stages (the next chunk's loads in
+      flight), the state a single 16-bit operand (``split_scan=False``, 206 registers): 294 µs on the H100
+      against 358 with 32 rows and the hi + lo split (64 rows with the split spill 88–104 B/thread), the
+      output's and final state's errors against the float64 recurrence unchanged (3.7e-3 / 2.9e-3: the 16-bit T, W, Ũ
       dominate); H200: 451 µs with 3 stages, 740 at 8 warps. It is bound by its stores, the chunk-start
-      states above all, hence ``hs_16bit``. Fused: 32 rows, 8 warps, 1 stage (2 stages or 64 rows spill).
+      states above all, hence ``hs_16bit``.
     - K3: 64-row V blocks, 4 warps (427 µs against 564 with 32 rows and 729 at 8 warps).
     - ``hs_16bit``: the chunk-start states K3 multiplies by q are stored in the input dtype (fla keeps its
       chunk states in bf16 too): K2 310 µs and K3 290 µs instead of 300 and 427; the output's relative
       error against the float64 recurrence unchanged in the same sweep (3.7e-3, dominated by the 16-bit
       T, W, Ũ, U). The recurrent state itself stays fp32 in K2's registers, and the backward's recompute
       keeps fp32 states.
+    - Fused (the public path): K1a then K2 with the output inside (FUSE_O) and U formed from T (``fuse_wy``):
+      64-row V blocks, 4 warps, 2 stages, the state a single 16-bit operand in both the U and the output
+      products, the output's ``Q S₀ᵀ`` after U (``late_out``: q loaded late; 255 registers, no spill at the
+      bench shape, 40 B varlen + h0 + write; 56–120 B the other order). H100 (sweep, same run): K1a 261 +
+      K2 395 = 656 µs against 1106 µs unfused and fla's 1029; 32-row V blocks 867, 3 stages 748. 1-stage
+      fused plans hit an illegal address on sm_90 (triton 3.6 miscompile; compute-sanitizer had flagged
+      invalid shared reads in the earlier 1-stage fused kernel): fused plans keep 2 stages.
     - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
       but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
     The interpreter takes the requested chunk and one warp, and the GPU's choices otherwise."""
@@ -575,7 +587,7 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     if fused:
         bv = min(block_v_all, 64)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
-                     split_scan=False, split_out=False, fuse_wy=True)
+                     split_scan=False, split_out=False, fuse_wy=True, late_out=True)
     bv = min(block_v_all, 64)
     return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True, hs_16bit=True,
                  split_scan=False)
@@ -625,7 +637,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         fp32 or None (without ``output_final_state``); ``saved`` a dict of what a backward may reuse:
         ``chunk`` (the chunk the kernels ran), ``G`` ``[B, T, H_v]`` fp32 (the chunk-local cumulative
         log-decay in LOG2 units, ``log2(e)·Σ g`` from the chunk start), ``W`` ``[B, T, H_v, K]`` and
-        ``U_tilde`` ``[B, T, H_v, V]`` (input dtype: ``T (βγ ⊙ K)``, ``T (w ⊙ V)`` per chunk), ``h`` the
+        ``U_tilde`` ``[B, T, H_v, V]`` (input dtype: ``T (βγ ⊙ K)``, ``T (w ⊙ V)`` per chunk; None when the
+        fused plan forms U in the scan), ``T`` ``[B, T, H_v, C]`` (the chunk inverses), ``h`` the
         chunk-start states ``[n_slots, H_v, V, K]`` fp32 (row ``coff[n] + j``; varlen slots past the last
         chunk unwritten) or None, ``v_new`` ``[B, T, H_v, V]`` (input dtype, ``U = Ũ − W S₀ᵀ``) or None
         when fused, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense: ``n · cdiv(T, C)``).
