@@ -1,0 +1,126 @@
+"""GPU sweep of the flash_attention backward's plan (``backward.BwdPlan``: dK/dV tiles, dQ tiles, warps,
+stages) at B4 H32 S4096, head dims 64 and 128, causal and not, kernel by kernel.
+
+    PYTHONPATH=src python benchmarks/sweeps/flash_attention_bwd_plan.py --out bwd_sweep.json
+
+Every variant's gradients are first compared with SDPA flash's (relative L2 < 1e-2 for dq, dk and dv, else
+a FAIL line, not timed); then one backward (the graph built once, ``autograd.grad`` with retained graph)
+is profiled ten times under ``torch.profiler`` and each kernel's GPU time reported, so the dK/dV and dQ
+passes can be chosen separately. SDPA's flash and cuDNN backwards are timed the same way in the same run.
+Variants are the ones that compile without spills on sm_90 (AOT: ``kw inspect``-style, registers ≤ 255).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import kernelworks  # noqa: F401
+from kernelworks.ops.attention import backward
+from kernelworks.ops.attention.api import flash_attention
+
+# (KV_M, KV_N, Q_M, Q_N, num_warps, kv_stages, q_stages)
+VARIANTS = {
+    64: [(64, 128, 128, 64, 8, 2, 2), (128, 128, 128, 64, 8, 2, 2), (64, 128, 128, 128, 8, 2, 2),
+         (64, 128, 128, 64, 8, 3, 3), (64, 64, 64, 64, 4, 2, 2)],
+    128: [(64, 128, 128, 64, 8, 2, 2), (64, 128, 128, 64, 8, 3, 2), (64, 128, 128, 64, 8, 2, 3),
+          (32, 128, 128, 64, 8, 3, 2), (64, 128, 128, 32, 8, 2, 3), (64, 64, 64, 64, 4, 2, 2)],
+}
+B, H, S = 4, 32, 4096
+
+
+def _profile(fn, iters: int = 10) -> dict[str, float]:
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = defaultdict(float)
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or 0
+        if t > 0:
+            per[e.key[:50]] += t / iters
+    return dict(per)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    original = backward.bwd_plan
+    t0 = time.time()
+    records = []
+    for d, variants in VARIANTS.items():
+        for causal in (False, True):
+            name = f"b{B}-h{H}-s{S // 1024}k-d{d}" + ("-causal" if causal else "")
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            do = torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16)
+            qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+            ref = None
+            for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+                with sdpa_kernel(getattr(SDPBackend, backend)):
+                    o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                grads = torch.autograd.grad(o, (qt, kt, vt), do.transpose(1, 2), retain_graph=True)
+                if ref is None:
+                    ref = [g.transpose(1, 2) for g in grads]
+                per = _profile(lambda o=o: torch.autograd.grad(o, (qt, kt, vt), do.transpose(1, 2),
+                                                               retain_graph=True))
+                rec = {"case": name, "variant": f"sdpa-{backend.split('_')[0].lower()}", "status": "ok",
+                       "total_us": sum(per.values()), "kernels_us": per}
+                records.append(rec)
+                print(f"{name:24s} {rec['variant']:34s} {rec['total_us']:8.0f} µs", flush=True)
+                del o, grads
+            for plan in variants:
+                backward.bwd_plan = lambda hd, *_, _p=plan: backward.BwdPlan(
+                    _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[5], _p[6])
+                vname = "x".join(map(str, plan))
+                try:
+                    o = flash_attention(q, k, v, causal=causal)
+                    grads = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+                    err = max(_rel(g, r) for g, r in zip(grads, ref))
+                    if not err < 1e-2:
+                        print(f"FAIL {name} {vname}: rel L2 vs SDPA flash {err:.3g}", flush=True)
+                        records.append({"case": name, "variant": vname, "status": "FAIL", "err": err})
+                        continue
+                    per = _profile(lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+                except Exception as e:  # a failing variant is a result; the others go on
+                    print(f"FAIL {name} {vname}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    records.append({"case": name, "variant": vname, "status": f"error: {type(e).__name__}"})
+                    continue
+                finally:
+                    backward.bwd_plan = original
+                rec = {"case": name, "variant": vname, "plan": plan, "status": "ok", "err": err,
+                       "total_us": sum(per.values()), "kernels_us": per}
+                records.append(rec)
+                kern = "  ".join(f"{n.replace('_attn_bwd_', '').split('_kernel')[0]} {t:.0f}"
+                                 for n, t in per.items())
+                print(f"{name:24s} {vname:34s} {rec['total_us']:8.0f} µs  err {err:.1e}  {kern}", flush=True)
+                del o, grads
+            del q, k, v, qt, kt, vt, do, ref
+            torch.cuda.empty_cache()
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": __import__("triton").__version__, "wall_s": time.time() - t0}
+    with open(args.out, "w") as f:
+        json.dump({"env": env, "records": records}, f, indent=1)
+    print(f"\n== flash bwd plan sweep on {env['gpu']}, {env['wall_s']:.0f} s ==")
+    for name in dict.fromkeys(r["case"] for r in records):
+        rs = [r for r in records if r["case"] == name and r["status"] == "ok"]
+        fa = next((r["total_us"] for r in rs if r["variant"] == "sdpa-flash"), None)
+        for r in sorted(rs, key=lambda r: r["total_us"]):
+            print(f"{name:24s} {r['variant']:34s} {r['total_us']:8.0f} µs  ×FA2 {fa / r['total_us']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
