@@ -53,62 +53,63 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def _grads_fn(o: torch.Tensor, leaves: tuple, do: torch.Tensor):
+    return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+
+
+def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]) -> None:
+    name = f"b{B}-h{H}-s{S // 1024}k-d{d}" + ("-causal" if causal else "")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16)
+    sdpa_leaves = tuple(t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    ref = None
+    for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            o = torch.nn.functional.scaled_dot_product_attention(*sdpa_leaves, is_causal=causal)
+        fn = _grads_fn(o, sdpa_leaves, do.transpose(1, 2))
+        if ref is None:
+            ref = [g.transpose(1, 2) for g in fn()]
+        per = _profile(fn)
+        rec = {"case": name, "variant": f"sdpa-{backend.split('_')[0].lower()}", "status": "ok",
+               "total_us": sum(per.values()), "kernels_us": per}
+        records.append(rec)
+        print(f"{name:24s} {rec['variant']:34s} {rec['total_us']:8.0f} µs", flush=True)
+    original = backward.bwd_plan
+    for plan in variants:
+        backward.bwd_plan = lambda hd, *_, _p=plan: backward.BwdPlan(
+            _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[5], _p[6])
+        vname = "x".join(map(str, plan))
+        try:
+            fn = _grads_fn(flash_attention(q, k, v, causal=causal), (q, k, v), do)
+            err = max(_rel(g, r) for g, r in zip(fn(), ref))
+            if not err < 1e-2:
+                print(f"FAIL {name} {vname}: rel L2 vs SDPA flash {err:.3g}", flush=True)
+                records.append({"case": name, "variant": vname, "status": "FAIL", "err": err})
+                continue
+            per = _profile(fn)
+        except Exception as e:  # a failing variant is a result; the others go on
+            print(f"FAIL {name} {vname}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            records.append({"case": name, "variant": vname, "status": f"error: {type(e).__name__}"})
+            continue
+        finally:
+            backward.bwd_plan = original
+        rec = {"case": name, "variant": vname, "plan": plan, "status": "ok", "err": err,
+               "total_us": sum(per.values()), "kernels_us": per}
+        records.append(rec)
+        kern = "  ".join(f"{n.replace('_attn_bwd_', '').split('_kernel')[0]} {t:.0f}" for n, t in per.items())
+        print(f"{name:24s} {vname:34s} {rec['total_us']:8.0f} µs  err {err:.1e}  {kern}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    original = backward.bwd_plan
     t0 = time.time()
-    records = []
+    records: list[dict] = []
     for d, variants in VARIANTS.items():
         for causal in (False, True):
-            name = f"b{B}-h{H}-s{S // 1024}k-d{d}" + ("-causal" if causal else "")
-            torch.manual_seed(0)
-            q, k, v = (torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                       for _ in range(3))
-            do = torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16)
-            qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
-            ref = None
-            for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
-                with sdpa_kernel(getattr(SDPBackend, backend)):
-                    o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                grads = torch.autograd.grad(o, (qt, kt, vt), do.transpose(1, 2), retain_graph=True)
-                if ref is None:
-                    ref = [g.transpose(1, 2) for g in grads]
-                per = _profile(lambda o=o: torch.autograd.grad(o, (qt, kt, vt), do.transpose(1, 2),
-                                                               retain_graph=True))
-                rec = {"case": name, "variant": f"sdpa-{backend.split('_')[0].lower()}", "status": "ok",
-                       "total_us": sum(per.values()), "kernels_us": per}
-                records.append(rec)
-                print(f"{name:24s} {rec['variant']:34s} {rec['total_us']:8.0f} µs", flush=True)
-                del o, grads
-            for plan in variants:
-                backward.bwd_plan = lambda hd, *_, _p=plan: backward.BwdPlan(
-                    _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[5], _p[6])
-                vname = "x".join(map(str, plan))
-                try:
-                    o = flash_attention(q, k, v, causal=causal)
-                    grads = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-                    err = max(_rel(g, r) for g, r in zip(grads, ref))
-                    if not err < 1e-2:
-                        print(f"FAIL {name} {vname}: rel L2 vs SDPA flash {err:.3g}", flush=True)
-                        records.append({"case": name, "variant": vname, "status": "FAIL", "err": err})
-                        continue
-                    per = _profile(lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
-                except Exception as e:  # a failing variant is a result; the others go on
-                    print(f"FAIL {name} {vname}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-                    records.append({"case": name, "variant": vname, "status": f"error: {type(e).__name__}"})
-                    continue
-                finally:
-                    backward.bwd_plan = original
-                rec = {"case": name, "variant": vname, "plan": plan, "status": "ok", "err": err,
-                       "total_us": sum(per.values()), "kernels_us": per}
-                records.append(rec)
-                kern = "  ".join(f"{n.replace('_attn_bwd_', '').split('_kernel')[0]} {t:.0f}"
-                                 for n, t in per.items())
-                print(f"{name:24s} {vname:34s} {rec['total_us']:8.0f} µs  err {err:.1e}  {kern}", flush=True)
-                del o, grads
-            del q, k, v, qt, kt, vt, do, ref
+            _sweep_case(d, causal, variants, records)
             torch.cuda.empty_cache()
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "wall_s": time.time() - t0}
