@@ -24,7 +24,8 @@ import kernelworks  # noqa: F401
 from kernelworks.ops.attention import backward
 from kernelworks.ops.attention.api import flash_attention
 
-# (KV_M, KV_N, Q_M, Q_N, num_warps, kv_stages, q_stages)
+# (KV_M, KV_N, Q_M, Q_N, num_warps of both passes, kv_stages, q_stages); each pass's best is read off the
+# per-kernel times (the plan takes the dK/dV and dQ passes' warps separately)
 VARIANTS = {
     64: [(64, 128, 128, 64, 8, 2, 2), (128, 128, 128, 64, 8, 2, 2), (64, 128, 128, 128, 8, 2, 2),
          (64, 128, 128, 64, 8, 3, 3), (64, 64, 64, 64, 4, 2, 2)],
@@ -78,7 +79,7 @@ def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]
     original = backward.bwd_plan
     for plan in variants:
         backward.bwd_plan = lambda hd, *_, _p=plan: backward.BwdPlan(
-            _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[5], _p[6])
+            _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[4], _p[5], _p[6])
         vname = "x".join(map(str, plan))
         try:
             fn = _grads_fn(flash_attention(q, k, v, causal=causal), (q, k, v), do)

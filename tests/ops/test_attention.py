@@ -403,7 +403,8 @@ def test_specs_registered_and_consistent():
 @pytest.mark.parametrize("name", ["b4-h32-s4k-d128-causal", "b4-h32-s4k-d64", "b4-hq32-hkv8-s4k-d128-causal"])
 def test_sm90_compile_no_spills_wgmma(name):
     """The Hopper plans compile for sm_90 with no spills, and every flash kernel with a dot uses wgmma
-    (GQA has its own dK/dV plan: the loop over the group's heads costs registers)."""
+    (GQA included: one query head per dK/dV program). Known and measured with: the 4-warp dK/dV pass
+    spills 8 B/thread non-causal at d 128 and 88 B in the varlen specialisation."""
     from kernelworks.inspect import inspect_op
 
     reports = inspect_op(FLASH_ATTENTION_SPEC, name, "sm_90", modes=("fwd", "bwd"))
@@ -512,7 +513,7 @@ def test_unequal_tiles(monkeypatch, tiles, opts):
     bm, bn, kv_m, kv_n = tiles
     monkeypatch.setattr(forward, "fwd_plan", lambda d, *_: forward.FwdPlan(bm, bn, max(16, d), 1, 1))
     monkeypatch.setattr(backward, "bwd_plan",
-                        lambda d, *_: backward.BwdPlan(kv_m, kv_n, bm, bn, max(16, d), 1, 1, 1))
+                        lambda d, *_: backward.BwdPlan(kv_m, kv_n, bm, bn, max(16, d), 1, 1, 1, 1))
     torch.manual_seed(13)
     opts = dict(opts)
     sk = opts.pop("sk", 45)

@@ -274,29 +274,33 @@ class BwdPlan:
     Q_M: int
     Q_N: int
     BLOCK_D: int
-    num_warps: int
+    kv_warps: int
+    q_warps: int
     kv_stages: int
     q_stages: int
 
 
 @cached_plan
 def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> BwdPlan:
-    """Interpreter: 16-wide tiles. GPU (sm_90 AOT figures): the dK/dV pass holds two fp32 ``[KV_N, D]``
-    accumulators (2·128·128·4 B over 256 threads = 128 registers at d 128), so KV_N 128 (the M side of
-    every product: two 64-row warpgroups) × KV_M 64 query rows a step, 8 warps, 2 stages: 252 registers,
-    0 spill at d 128 (201 at d 64); grouped heads take the same tiles (one query head per program). The
-    dQ pass: Q_M 128 × Q_N 64, 8 warps, 2 stages (215 / 128 registers at d 128 / 64). d > 128: dK/dV
-    64 × 16, dQ 64 × 32 (32-row dK/dV steps spill ~0.5 KiB).
-    fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
-    0 spill at d 128)."""
+    """Interpreter: 16-wide tiles. GPU, from the backward plan sweep (H100, B4 H32 S4096, d 64 / 128,
+    causal and not, per-kernel times in ``benchmarks/results/h100-80gb-hbm3/sweeps/flash_attention_bwd_plan.json``):
+
+    - dK/dV: 64 keys × 64 query rows a step, 4 warps, 2 stages (255 / 205 registers at d 128 / 64, no
+      spill) — 4230 µs against 4706 for 128 keys at 8 warps at d 128, 2784 against 3221 at d 64; causal
+      d 128 a tie (2713 / 2688). Grouped heads take the same tiles (one query head per program).
+    - dQ: 128 query rows × 64 keys, 8 warps, 3 stages (211 registers at d 128) — 2426 µs against 3084 with
+      2 stages at d 128, 765 against 1432 causal at d 64.
+    - d > 128: dK/dV 64 × 16, dQ 64 × 32, 8 warps (32-row dK/dV steps spill ~0.5 KiB).
+    - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
+      0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
     if capability is None and interpreter_active():
-        return BwdPlan(16, 16, 16, 16, block_d, 1, 1, 1)
+        return BwdPlan(16, 16, 16, 16, block_d, 1, 1, 1, 1)
     if fp32:
-        return BwdPlan(16, 32, 32, 16, block_d, 4, 1, 1)
+        return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
     if block_d <= 128:
-        return BwdPlan(64, 128, 128, 64, block_d, 8, 2, 2)
-    return BwdPlan(16, 64, 64, 32, block_d, 8, 2, 2)
+        return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
+    return BwdPlan(16, 64, 64, 32, block_d, 8, 8, 2, 2)
 
 
 def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
@@ -343,14 +347,14 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     launch(_attn_bwd_delta_kernel, (cdiv(sq, 64 if plan.Q_M >= 64 else 16), batch * hq), o, do,
            dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, sq, hq, d,
-           num_warps=4 if plan.num_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
+           num_warps=4 if plan.q_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
            BLOCK_M=64 if plan.Q_M >= 64 else 16, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
     launch(_attn_bwd_dkdv_kernel, (cdiv(sk, plan.KV_N), batch * hq), q, k, v, do, lse, delta, dk, dv, cuq, cuk,
            *qs, *ks, *vs, *dos, *dks, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
-           num_warps=plan.num_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N, **common)
+           num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N, **common)
     launch(_attn_bwd_dq_kernel, (cdiv(sq, plan.Q_M), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
            *qs, *ks, *vs, *dos, *dqs, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
-           num_warps=plan.num_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
+           num_warps=plan.q_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
     if group > 1:  # the group's shares in a fixed order (a deterministic reduction, then one rounding)
         dk = dk.unflatten(-2, (hkv, group)).sum(-2).to(k.dtype)
         dv = dv.unflatten(-2, (hkv, group)).sum(-2).to(v.dtype)
