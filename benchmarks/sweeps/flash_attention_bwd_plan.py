@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 
-import kernelworks  # noqa: F401
+from kernelworks.bench.timing import kernel_times_us
 from kernelworks.ops.attention import backward
 from kernelworks.ops.attention.api import flash_attention
 
@@ -33,21 +31,6 @@ VARIANTS = {
           (32, 128, 128, 64, 8, 3, 2), (64, 128, 128, 32, 8, 2, 3), (64, 64, 64, 64, 4, 2, 2)],
 }
 B, H, S = 4, 32, 4096
-
-
-def _profile(fn, iters: int = 10) -> dict[str, float]:
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    per: dict[str, float] = defaultdict(float)
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", 0) or 0
-        if t > 0:
-            per[e.key[:50]] += t / iters
-    return dict(per)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -71,7 +54,7 @@ def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]
         fn = _grads_fn(o, sdpa_leaves, do.transpose(1, 2))
         if ref is None:
             ref = [g.transpose(1, 2) for g in fn()]
-        per = _profile(fn)
+        per = kernel_times_us(fn)
         rec = {"case": name, "variant": f"sdpa-{backend.split('_')[0].lower()}", "status": "ok",
                "total_us": sum(per.values()), "kernels_us": per}
         records.append(rec)
@@ -88,7 +71,7 @@ def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]
                 print(f"FAIL {name} {vname}: rel L2 vs SDPA flash {err:.3g}", flush=True)
                 records.append({"case": name, "variant": vname, "status": "FAIL", "err": err})
                 continue
-            per = _profile(fn)
+            per = kernel_times_us(fn)
         except Exception as e:  # a failing variant is a result; the others go on
             print(f"FAIL {name} {vname}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             records.append({"case": name, "variant": vname, "status": f"error: {type(e).__name__}"})

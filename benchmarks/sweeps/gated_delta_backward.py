@@ -9,14 +9,13 @@ import argparse
 import functools
 import json
 import time
-from collections import defaultdict
 
 import torch
 import triton
 from torch.nn import functional
-from torch.profiler import ProfilerActivity, profile
 
 import kernelworks.ops.gated_delta.prefill_bwd_chunked as pbc
+from kernelworks.bench.timing import kernel_times_us
 from kernelworks.ops.gated_delta import reference
 from kernelworks.ops.gated_delta.api import gated_delta_prefill
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
@@ -91,20 +90,7 @@ def bench(fn, rep=200):
 
 
 def prof(fn, iters=5):
-    if args.smoke:
-        return {}
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    per = defaultdict(float)
-    for e in p.key_averages():
-        t = getattr(e, "self_device_time_total", 0) or 0
-        if t > 0:
-            per[e.key[:60]] += t / iters
-    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+    return {} if args.smoke else kernel_times_us(fn, iters=iters)
 
 
 def print_prof(name, per):

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 
 import torch
 from torch.nn import functional
-from torch.profiler import ProfilerActivity, profile
 
+from kernelworks.bench.timing import kernel_times_us
 from kernelworks.ops.gated_delta import prefill_chunked, reference
 
 VARIANTS: list[dict] = [
@@ -54,22 +53,6 @@ def _forward(x, fused=False):
         output_final_state=True, cu_seqlens=None, fuse_output=fused)
 
 
-def _profile(fn, iters: int = 10) -> dict[str, float]:
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    per: dict[str, float] = defaultdict(float)
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", 0) or 0
-        if t > 0:
-            per[e.key[:60]] += t / iters
-    return dict(per)
-
-
 def _rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
@@ -99,7 +82,7 @@ def main() -> None:
             err_o, err_f = _rel(o, o_ref), _rel(f, f_ref)
             o, f, _ = _forward(sat, fused)
             err_o_sat, err_f_sat = _rel(o, o_sat_ref), _rel(f, f_sat_ref)
-            per = _profile(lambda _f=fused: _forward(big, _f))
+            per = kernel_times_us(lambda _f=fused: _forward(big, _f))
         except Exception as e:  # a variant that fails to compile is a result too
             print(f"FAIL {over}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             results.append({"plan": over, "error": repr(e)[:300]})
@@ -117,7 +100,7 @@ def main() -> None:
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-        per = _profile(lambda: chunk_gated_delta_rule(**big, output_final_state=True))
+        per = kernel_times_us(lambda: chunk_gated_delta_rule(**big, output_final_state=True))
         results.append({"plan": "fla", "total_us": sum(per.values()), "kernels_us": per})
         print(f"fla chunk_gated_delta_rule {sum(per.values()):7.0f} µs  "
               + "  ".join(f"{k[:30]} {t:.0f}" for k, t in per.items()), flush=True)

@@ -116,3 +116,26 @@ def time_fn(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: float 
     times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
     q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
     return Timing(statistics.median(times), q[1], q[7], times[0], reps, host_us)
+
+
+def kernel_times_us(fn: Callable[[], object], *, iters: int = 10, name_chars: int = 60) -> dict[str, float]:
+    """Per-kernel GPU time of one call of ``fn`` (µs, mean over ``iters`` profiled calls after a warm-up),
+    by kernel name cut to ``name_chars``, longest first: how a plan sweep attributes a change to the kernel
+    that made it. Profiler times carry no L2 flush; compare them with each other, and :func:`time_fn` for
+    the call as a whole."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        t = getattr(event, "self_device_time_total", 0) or 0
+        if t > 0:
+            per[event.key[:name_chars]] += t / iters
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
