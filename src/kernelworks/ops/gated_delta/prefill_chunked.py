@@ -312,6 +312,18 @@ def _chunk_wy_kernel(
 
 
 @triton.jit
+def _output_state_part(p_q_tile, m_tk, b_G, b_s_hi, b_s_lo, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """``(q, (2^G ⊙ Q) S₀ᵀ)``: the chunk's q tile and the state's share of its output (fp32 ``[C,
+    BLOCK_V]``), the state as one 16-bit operand or (SPLIT_O) split hi + lo."""
+    b_q = tl.load(p_q_tile, mask=m_tk, other=0.0)
+    b_qg = (b_q * tl.exp2(b_G)[:, None]).to(b_q.dtype)
+    b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
+    if SPLIT_O:
+        b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
+    return b_q, b_o
+
+
+@triton.jit
 def _state_pass_kernel(
     p_q, p_k, p_v, p_beta, p_w, p_G, p_T, p_W, p_U, p_h0, p_ht, p_cu, p_coff, p_hs, p_vn, p_o,
     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh, s_ob, s_ot, s_oh,
@@ -392,15 +404,13 @@ def _state_pass_kernel(
         b_G_last = tl.sum(tl.where(o_c == tl.minimum(L - c0, CHUNK) - 1, b_G, 0.0), 0)
 
         b_s_hi = b_st.to(DT)
-        if SPLIT_STATE:
+        b_s_lo = b_s_hi  # read only where split
+        if SPLIT_STATE or SPLIT_O:
             b_s_lo = (b_st - b_s_hi.to(tl.float32)).to(DT)
         if FUSE_O and not LATE_O:
             # the state's share of the output first, so S₀'s operand halves die before U is formed
-            b_q = tl.load(p_q + o_t[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
-            b_qg = (b_q * tl.exp2(b_G)[:, None]).to(DT)
-            b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
-            if SPLIT_O:
-                b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
+            b_q, b_o = _output_state_part(p_q + o_t[:, None] * s_qt + o_k[None, :], m_tk, b_G, b_s_hi, b_s_lo,
+                                          SPLIT_O, DOT_PRECISION)
         if FUSE_WY:
             # U = T (w ⊙ V) − T (βγ ⊙ K) S₀ᵀ = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]: T applied after the state's share is
             # subtracted, so W = T (βγ ⊙ K) [C, K] is never formed (one [C, C] × [C, BLOCK_V] dot instead of
@@ -427,12 +437,9 @@ def _state_pass_kernel(
         b_u = b_u.to(DT)  # U as the output's operand (and K3's input)
 
         if FUSE_O:
-            if LATE_O:
-                b_q = tl.load(p_q + o_t[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
-                b_qg = (b_q * tl.exp2(b_G)[:, None]).to(DT)
-                b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
-                if SPLIT_O:
-                    b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
+            if LATE_O:  # q loaded only now: fewer live registers across the U products (no spill)
+                b_q, b_o = _output_state_part(p_q + o_t[:, None] * s_qt + o_k[None, :], m_tk, b_G, b_s_hi,
+                                              b_s_lo, SPLIT_O, DOT_PRECISION)
             b_qk = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION)
             # rows past the end load G = 0: masked too (their G_t − G_s > 0 would overflow)
             m_p = m_causal & m_t[:, None]
