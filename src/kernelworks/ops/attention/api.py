@@ -183,6 +183,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     """Exact attention ``softmax(scale · q kᵀ + mask) v`` without materialising the scores, with autograd
     (deterministic backward); works under ``torch.compile(fullgraph=True)``.
 
+    The backward is always deterministic (bitwise repeatable, no atomics). Its cost: QKᵀ and dO Vᵀ are
+    recomputed in a second pass (7/5 of an atomic backward's matmul work), and with grouped heads each
+    query head's share of dK and dV goes through fp32 scratch (2 · heads_q · seq_k · head_dim · 4 bytes per
+    batch row) before a fixed-order sum over the group.
+
     Args:
         q: ``[batch, seq_q, heads_q, head_dim]`` (``layout="bshd"``, the default) or ``[batch, heads_q,
             seq_q, head_dim]`` (``layout="bhsd"``, SDPA's order: taken as a strided view, no copy); varlen:

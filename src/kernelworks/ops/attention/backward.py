@@ -14,9 +14,11 @@ Three kernels:
    its fp32 share and a fixed-order sum over the group gives dK, dV (deterministic: no atomics);
 3. ``_attn_bwd_dq_kernel``: one program per (batch, query head, query block) loops over the key blocks.
 
-The cost of determinism: QKᵀ and dO Vᵀ are computed twice (once per pass): 5 matmuls of ``Sq·Sk·D`` in
-the dK/dV pass + 3 in the dQ pass, against 5 for a single pass accumulating dQ with atomics (flash-attn 2's
-default). So ~8/5 of the matmul work of the atomic variant, and no fp32 dQ scratch.
+The cost of determinism: QKᵀ and dO Vᵀ are computed twice (once per pass): 4 matmuls of ``Sq·Sk·D`` in
+the dK/dV pass (Qᵀ-side scores, dV, dPᵀ, dK) + 3 in the dQ pass (scores, dP, dQ), against 5 for a single
+pass accumulating dQ with atomics (flash-attn 2's default). So 7/5 of the matmul work of the atomic
+variant, and no fp32 dQ scratch; grouped heads add fp32 dK/dV shares (``2 · Hq · Sk · D`` floats a batch
+row) summed over the group in a fixed order.
 """
 
 from __future__ import annotations

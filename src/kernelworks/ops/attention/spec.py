@@ -71,7 +71,7 @@ def _flash_pairs(case: Case) -> float:
 
 def _flash_cost(case: Case, mode: str) -> Cost:
     """FLOPs: 4·pairs·D per query head forward (QKᵀ and PV), 2.5× that backward (flash-attn's convention;
-    the deterministic backward does 8/5 of that in practice, see backward.py). Bytes: q, k, v, o (+ the
+    the deterministic backward does 7/5 of that in practice, see backward.py). Bytes: q, k, v, o (+ the
     fp32 lse) forward; q, k, v, o, dO, lse read and dq, dk, dv written backward."""
     hq, d = case["hq"], case["d"]
     hkv = case.get("hkv", hq)
