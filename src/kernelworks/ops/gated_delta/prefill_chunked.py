@@ -97,18 +97,18 @@ def _inv4_unit_lower(b_A0, b_A1, b_A2, b_A3, SUB: tl.constexpr):
 
 
 @triton.jit
-def _inv_unit_lower_product(b_A):
+def _inv_unit_lower_product(b_A, PRECISION: tl.constexpr = "ieee"):
     """``(I + A)⁻¹`` for a strictly-lower ``[SUB, SUB]`` fp32 tile, SUB ≤ 16, with no serial row loop: A is
     nilpotent (``A^SUB = 0``), so ``(I + A)⁻¹ = Σ_m (−A)^m = (I − A)(I + A²)(I + A⁴)(I + A⁸)`` — three
     squarings and three products, fp32 FMA dots (the same value as forward substitution up to rounding)."""
     o = tl.arange(0, b_A.shape[0])
-    b_A2 = _dot32(b_A, b_A)
-    b_A4 = _dot32(b_A2, b_A2)
-    b_A8 = _dot32(b_A4, b_A4)
+    b_A2 = _dot32(b_A, b_A, PRECISION)
+    b_A4 = _dot32(b_A2, b_A2, PRECISION)
+    b_A8 = _dot32(b_A4, b_A4, PRECISION)
     b_T = tl.where(o[:, None] == o[None, :], 1.0, 0.0) - b_A
-    b_T += _dot32(b_T, b_A2)
-    b_T += _dot32(b_T, b_A4)
-    b_T += _dot32(b_T, b_A8)
+    b_T += _dot32(b_T, b_A2, PRECISION)
+    b_T += _dot32(b_T, b_A4, PRECISION)
+    b_T += _dot32(b_T, b_A8, PRECISION)
     return b_T
 
 
@@ -126,10 +126,10 @@ def _a_block(b_ki, b_kj, b_Gi, b_Gj, b_bi, DIAG: tl.constexpr, SUB: tl.constexpr
 
 
 @triton.jit
-def _dot32(a, b):
+def _dot32(a, b, PRECISION: tl.constexpr = "ieee"):
     """An fp32 product of two small T/A blocks: FMA (``ieee``) everywhere — tf32 would cost T its accuracy,
     and these are 16×16×16, a negligible share of the work."""
-    return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b, input_precision=PRECISION)
 
 
 # ----------------------------------------------------------------------------------------------- K1
@@ -148,7 +148,7 @@ def _chunk_inverse_kernel(
     s_kb, s_kt, s_kh, s_gb, s_gt, s_gh, s_bb, s_bt, s_bh,
     T, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, SUB: tl.constexpr, BLOCK_K: tl.constexpr, IS_VARLEN: tl.constexpr,
-    INV_PRODUCT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    INV_PRODUCT: tl.constexpr, DOT_PRECISION: tl.constexpr, INV_PRECISION: tl.constexpr = "ieee",
 ):
     """Per chunk (C = 4·SUB tokens) and value head: ``G = log2(e) cumsum(g)`` ``[C]`` fp32 and
     ``T = (I + A)⁻¹`` ``[C, C]`` (stored in k's dtype, the upper triangle as zeros).
@@ -233,27 +233,28 @@ def _chunk_inverse_kernel(
     _store_block(p_T, b_0, o_t1, m_t1, 3 * SUB, ROW, SUB)
     _store_block(p_T, b_0, o_t2, m_t2, 3 * SUB, ROW, SUB)
     if INV_PRODUCT:
-        b_T00 = _inv_unit_lower_product(b_A00)
-        b_T11 = _inv_unit_lower_product(b_A11)
-        b_T22 = _inv_unit_lower_product(b_A22)
-        b_T33 = _inv_unit_lower_product(b_A33)
+        b_T00 = _inv_unit_lower_product(b_A00, INV_PRECISION)
+        b_T11 = _inv_unit_lower_product(b_A11, INV_PRECISION)
+        b_T22 = _inv_unit_lower_product(b_A22, INV_PRECISION)
+        b_T33 = _inv_unit_lower_product(b_A33, INV_PRECISION)
     else:
         b_T00, b_T11, b_T22, b_T33 = _inv4_unit_lower(b_A00, b_A11, b_A22, b_A33, SUB)
     _store_block(p_T, b_T00.to(DT), o_t0, m_t0, 0, ROW, SUB)
     _store_block(p_T, b_T11.to(DT), o_t1, m_t1, SUB, ROW, SUB)
     _store_block(p_T, b_T22.to(DT), o_t2, m_t2, 2 * SUB, ROW, SUB)
     _store_block(p_T, b_T33.to(DT), o_t3, m_t3, 3 * SUB, ROW, SUB)
-    b_T10 = -_dot32(b_T11, _dot32(b_A10, b_T00))
+    P: tl.constexpr = INV_PRECISION
+    b_T10 = -_dot32(b_T11, _dot32(b_A10, b_T00, P), P)
     _store_block(p_T, b_T10.to(DT), o_t1, m_t1, 0, ROW, SUB)
-    b_T21 = -_dot32(b_T22, _dot32(b_A21, b_T11))
+    b_T21 = -_dot32(b_T22, _dot32(b_A21, b_T11, P), P)
     _store_block(p_T, b_T21.to(DT), o_t2, m_t2, SUB, ROW, SUB)
-    b_T32 = -_dot32(b_T33, _dot32(b_A32, b_T22))
+    b_T32 = -_dot32(b_T33, _dot32(b_A32, b_T22, P), P)
     _store_block(p_T, b_T32.to(DT), o_t3, m_t3, 2 * SUB, ROW, SUB)
-    b_T20 = -_dot32(b_T22, _dot32(b_A20, b_T00) + _dot32(b_A21, b_T10))
+    b_T20 = -_dot32(b_T22, _dot32(b_A20, b_T00, P) + _dot32(b_A21, b_T10, P), P)
     _store_block(p_T, b_T20.to(DT), o_t2, m_t2, 0, ROW, SUB)
-    b_T31 = -_dot32(b_T33, _dot32(b_A31, b_T11) + _dot32(b_A32, b_T21))
+    b_T31 = -_dot32(b_T33, _dot32(b_A31, b_T11, P) + _dot32(b_A32, b_T21, P), P)
     _store_block(p_T, b_T31.to(DT), o_t3, m_t3, SUB, ROW, SUB)
-    b_T30 = -_dot32(b_T33, _dot32(b_A30, b_T00) + _dot32(b_A31, b_T10) + _dot32(b_A32, b_T20))
+    b_T30 = -_dot32(b_T33, _dot32(b_A30, b_T00, P) + _dot32(b_A31, b_T10, P) + _dot32(b_A32, b_T20, P), P)
     _store_block(p_T, b_T30.to(DT), o_t3, m_t3, 0, ROW, SUB)
 
 
@@ -546,6 +547,7 @@ class _Plan(NamedTuple):
     split_scan: bool = True    # K2: the fp32 state as a 16-bit dot operand split hi + lo (two dots)
     split_out: bool = True     # K2 fused: the output's Q S₀ᵀ with the state split hi + lo too
     fuse_wy: bool = False      # K2 fused: W and Ũ formed in the scan from T (no K1b launch)
+    inv_precision: str = "ieee"  # K1a: the fp32 products of the inverse (ieee FMA, or tf32 / tf32x3 MMA)
     late_out: bool = False     # K2 fused: the output's Q S₀ᵀ after U (q loaded late) instead of first
 
 
@@ -680,7 +682,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            beta.stride(0), beta.stride(1), beta.stride(2),
            T, H_v // H_qk,
            num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
-           IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision)
+           IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision,
+           INV_PRECISION=plan.inv_precision)
     fuse_wy = bool(fuse_output and plan.fuse_wy)
     if fuse_wy:
         W = U = G  # unused pointers: the scan forms W and Ũ from T
