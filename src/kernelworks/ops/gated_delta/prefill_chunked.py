@@ -21,8 +21,8 @@ K2 ``_state_pass_kernel`` — grid (V-blocks, H_v, sequences), chunks in order, 
 K3 ``_chunk_output_kernel`` — grid (V-blocks, chunks, B·H_v), all chunks in parallel: the output formula.
 
 The public forward is K1a + K2 fused with FUSE_WY: ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` straight from T, so
-K1b and K3 do not run and only q, k, v, T, the gates and o cross DRAM (H100, B 8 T 4096 H 16: 656 µs
-against 1106 for the four-kernel form and 1029 for fla). The four-kernel form stays for the backward,
+K1b and K3 do not run and only q, k, v, T, the gates and o cross DRAM (H100, B 8 T 4096 H 16, kernel
+times: 544 µs against 1107 for the four-kernel form and 1028 for fla). The four-kernel form stays for the backward,
 whose recompute needs W, U and the chunk-start states.
 
 Intermediates are token-indexed (``[B, T, H_v, ·]``, contiguous), so dense and packed (varlen) batches
@@ -127,8 +127,12 @@ def _a_block(b_ki, b_kj, b_Gi, b_Gj, b_bi, DIAG: tl.constexpr, SUB: tl.constexpr
 
 @triton.jit
 def _dot32(a, b, PRECISION: tl.constexpr = "ieee"):
-    """An fp32 product of two small T/A blocks: FMA (``ieee``) everywhere — tf32 would cost T its accuracy,
-    and these are 16×16×16, a negligible share of the work."""
+    """An fp32 product of two small T/A blocks (16×16×16): ``ieee`` FMA by default (the backward's choice);
+    the forward's inverse kernel takes ``tf32`` tensor-core MMA on the GPU — T is rounded to 16 bits
+    after, so tf32's 10-bit operands leave its error unchanged (H100 sweep: o / final-state / saturated
+    rel. errors 3.4e-3 / 2.4e-3 / 4.2e-3 either way) while the kernel drops from 260 to 148 µs (as FMA
+    dots these products need shared-memory layout shuffles: 950 shared-memory ops and 77 barriers
+    against 124 and 43)."""
     return tl.dot(a, b, input_precision=PRECISION)
 
 
@@ -559,7 +563,8 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
 
     - K1a (T): 2 warps, diagonal blocks by the product form — 259 µs, against 486 µs by forward
       substitution at 4 warps and 1049 µs at 8 (a small kernel: several programs per SM, whose serial
-      chains overlap). 1 warp spills (528 B/thread).
+      chains overlap). 1 warp spills (528 B/thread). Its fp32 block products as tf32 MMA (``inv_precision``,
+      see :func:`_dot32`): 148 µs, the errors unchanged; tf32x3 spills (32 B).
     - K1b (W, Ũ): 4 warps, one warpgroup's ``[64, 64] × [64, 128]`` wgmma per product (148 µs; 8 warps
       no better).
     - K2 unfused (the backward's recompute): 64-row V blocks, 4 warps, 2 stages (the next chunk's loads in
@@ -577,8 +582,9 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     - Fused (the public path): K1a then K2 with the output inside (FUSE_O) and U formed from T (``fuse_wy``):
       64-row V blocks, 4 warps, 2 stages, the state a single 16-bit operand in both the U and the output
       products, the output's ``Q S₀ᵀ`` after U (``late_out``: q loaded late; 255 registers, no spill at the
-      bench shape, 40 B varlen + h0 + write; 56–120 B the other order). H100 (sweep, same run): K1a 261 +
-      K2 395 = 656 µs against 1106 µs unfused and fla's 1029; 32-row V blocks 867, 3 stages 748. 1-stage
+      bench shape, 40 B varlen + h0 + write; 56–120 B the other order). H100 (sweep, same run): K1a 148
+      (tf32) + K2 396 = 544 µs against 1107 µs for the four-kernel form and fla's 1028; the varlen case
+      814 µs; 32-row V blocks 741 µs (varlen 908: no help there either), 3 stages 748 (earlier run). 1-stage
       fused plans hit an illegal address on sm_90 (triton 3.6 miscompile; compute-sanitizer had flagged
       invalid shared reads in the earlier 1-stage fused kernel): fused plans keep 2 stages.
     - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
@@ -596,10 +602,10 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     if fused:
         bv = min(block_v_all, 64)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
-                     split_scan=False, split_out=False, fuse_wy=True, late_out=True)
+                     split_scan=False, split_out=False, fuse_wy=True, late_out=True, inv_precision="tf32")
     bv = min(block_v_all, 64)
     return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True, hs_16bit=True,
-                 split_scan=False)
+                 split_scan=False, inv_precision="tf32")
 
 
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.Tensor, ...]:
