@@ -1,7 +1,8 @@
 """GPU sweep of decode_attention plan variants on the spec's bench cases (+ page 64 / 256 variants of the
 quick case). Every variant is checked against SDPA on the dense cache (fp32 math) before it is timed; a
 wrong variant prints a FAIL line and is not timed. Times: kernelworks.bench.timing.time_fn (L2 flushed,
-host overhead kept out). GB/s on the KV bytes (+ q, o) as the spec's cost. Table printed last.
+host overhead kept out). GB/s on the KV bytes (+ q, o) as the spec's cost. Table printed last. (Earlier
+runs also timed the first kernel, since removed: ``benchmarks/results/h100-80gb-hbm3/sweeps/attn_decode_sweep.txt``.)
 
     PYTHONPATH=src python benchmarks/sweeps/decode_attention_plan.py --out decode_sweep.json
 """
@@ -52,8 +53,6 @@ def model_splits(batch, hkv, capacity, bn, warps, stages):
 def variants(batch, hkv, capacity, default):
     s0 = default.n_splits
     out = [
-        ("legacy/old-splits", dict(legacy=True, BLOCK_N=64, num_warps=4, num_stages=3,
-                                   splits=old_splits(batch, hkv, capacity))),
         ("default", {}),
         ("n64w4s3/old-splits", dict(BLOCK_N=64, num_warps=4, num_stages=3, splits=old_splits(batch, hkv, capacity))),
         ("n64w4s3/2x-splits", dict(BLOCK_N=64, num_warps=4, num_stages=3, splits=2 * s0)),
@@ -103,7 +102,7 @@ for c in cases + extra:
     default = decode.resolve_plan(batch, hkv, rows_, capacity, c["d"], SMS, 2)
     call_args = (inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"], inp["context_lens"])
     points = variants(batch, hkv, capacity, default) if "-p" not in c.name else \
-        [v for v in variants(batch, hkv, capacity, default) if v[0] in ("legacy/old-splits", "default")]
+        [v for v in variants(batch, hkv, capacity, default) if v[0] in ("n64w4s3/old-splits", "default")]
     for vname, knobs in points:
         with decode.forced_plan(**knobs):
             plan = decode.resolve_plan(batch, hkv, rows_, capacity, c["d"], SMS, 2)
@@ -124,8 +123,7 @@ for c in cases + extra:
         gbs = cost.bytes / (t.median_ms * 1e-3) / 1e9
         rec = dict(case=c.name, variant=vname, status="ok", err=err, median_ms=t.median_ms, p20_ms=t.p20_ms,
                    p80_ms=t.p80_ms, gbs=gbs, splits=plan.n_splits, chunk=plan.chunk, BLOCK_N=plan.BLOCK_N,
-                   num_warps=plan.num_warps, num_stages=plan.num_stages, legacy=plan.legacy,
-                   programs=plan.n_splits * batch * hkv)
+                   num_warps=plan.num_warps, num_stages=plan.num_stages, programs=plan.n_splits * batch * hkv)
         records.append(rec)
         print(f"{c.name:24s} {vname:20s} {t.median_ms * 1e3:8.1f} us {gbs:7.0f} GB/s  splits {plan.n_splits:3d} "
               f"progs {rec['programs']:5d}  err {err:.2e}", flush=True)
@@ -148,21 +146,21 @@ env = dict(gpu=torch.cuda.get_device_name(), sms=SMS, torch=torch.__version__,
 with open(args.out, "w") as f:
     json.dump(dict(env=env, records=records), f, indent=1)
 
-# table: per case, each variant's time, GB/s and ratio to SDPA / to the legacy kernel
+# table: per case, each variant's time, GB/s and ratio to SDPA / to the default plan
 print(f"\n== decode sweep on {env['gpu']} ({SMS} SMs), {env['wall_s']:.0f} s ==")
-print(f"{'case':24s} {'variant':20s} {'us':>8s} {'GB/s':>7s} {'xSDPA':>6s} {'xlegacy':>7s} {'splits':>6s} "
+print(f"{'case':24s} {'variant':20s} {'us':>8s} {'GB/s':>7s} {'xSDPA':>6s} {'xdefault':>8s} {'splits':>6s} "
       f"{'progs':>6s}")
 by_case: dict[str, list] = {}
 for r in records:
     by_case.setdefault(r["case"], []).append(r)
 for name, rs in by_case.items():
     sdpa = next((r["median_ms"] for r in rs if r["variant"] == "sdpa-dense"), None)
-    leg = next((r["median_ms"] for r in rs if r["variant"] == "legacy/old-splits" and r["status"] == "ok"), None)
+    dflt = next((r["median_ms"] for r in rs if r["variant"] == "default" and r["status"] == "ok"), None)
     for r in rs:
         if r["status"] != "ok":
             print(f"{name:24s} {r['variant']:20s} {r['status']}")
             continue
         xs = f"{sdpa / r['median_ms']:6.2f}" if sdpa else "     -"
-        xl = f"{leg / r['median_ms']:7.2f}" if leg else "      -"
+        xl = f"{dflt / r['median_ms']:8.2f}" if dflt else "       -"
         print(f"{name:24s} {r['variant']:20s} {r['median_ms'] * 1e3:8.1f} {r['gbs']:7.0f} {xs} {xl} "
               f"{r.get('splits', '-'):>6} {r.get('programs', '-'):>6}")

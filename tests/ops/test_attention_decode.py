@@ -1,6 +1,6 @@
 """decode_attention's plan knobs and the two loops of ``_decode_paged_kernel``: every forced plan
 (split counts, BLOCK_N below/at/above the page size, non-power-of-two pages and head dims, q_len > 1 with a
-tail of several blocks, more splits than the combine reads per step, the legacy kernel) agrees with the
+tail of several blocks, more splits than the combine reads per step) agrees with the
 float64 reference under the interpreter; the split model's choices; the sm_90 compile of the sweep's
 variants."""
 
@@ -48,7 +48,6 @@ KNOBS = [
     dict(BLOCK_N=16, splits=3),                 # page 16 == BLOCK_N: one table read per block
     dict(BLOCK_N=64, splits=2),                 # a block larger than most contexts: all in the masked tail
     dict(BLOCK_N=16, splits=64),                # more splits than the combine reads per step (32)
-    dict(BLOCK_N=32, splits=4, legacy=True),    # the first kernel
 ]
 
 

@@ -20,9 +20,9 @@ Plan (:func:`decode_plan`): the split count minimises a wave-quantisation model 
 ``⌈programs / slots⌉ × (blocks per split + setup) + combine`` with ``slots = SMs × CTAs per SM`` — the
 first H200 run tracked it (1.3-wave grids ran at 48–61% of copy, 1.9-wave ones at 82%). Planned from the
 block table's capacity (``max_pages × page_size``), a static shape, so the launch is the same for every
-call (CUDA graphs) and needs no host sync. :func:`forced_plan` overrides any knob (GPU sweeps, tests);
-``legacy=True`` selects the first kernel (``_decode_split_kernel``: per-key table reads inside the loop,
-one loop with masks), kept until the new one is measured.
+call (CUDA graphs) and needs no host sync. :func:`forced_plan` overrides any knob (GPU sweeps, tests).
+(The first kernel, with per-key table reads inside one masked loop, measured 1.16–1.27× slower on the H100
+— ``benchmarks/results/h100-80gb-hbm3/sweeps/attn_decode_sweep.txt`` — and is gone.)
 """
 
 from __future__ import annotations
@@ -195,83 +195,6 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
 
 
 @triton.jit
-def _decode_split_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
-                         stride_qb, stride_qt, stride_qh, stride_kp, stride_ks, stride_kh,
-                         stride_vp, stride_vs, stride_vh, stride_bt, stride_ob, stride_ot, stride_oh,
-                         n_kv_heads, group, q_len, n_heads, head_dim, page_size, chunk, n_splits,
-                         qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DIRECT: tl.constexpr,
-                         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
-    """The first kernel (``legacy=True`` plans): per-key table reads inside one masked loop.
-
-    Partial attention of split ``s`` (keys ``[s·chunk, min((s+1)·chunk, ctx))``) for the query rows
-    ``r = t·group + hh`` (token t, head ``g·group + hh``) of (batch b, KV head g).
-
-    q ``[B, T, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]``; block table int32 ``[B, max_pages]``;
-    ctx int32 ``[B]``; token t sits at position ``ctx − T + t`` and sees keys ``j ≤ ctx − T + t``.
-    DIRECT (one split): o ``[B, T, Hq, D]`` in q's dtype. Else op fp32 ``[B, T·Hq, n_splits, D]`` (the
-    split's normalised output) and lp fp32 ``[B, T·Hq, n_splits]`` (its base-2 lse; -inf: saw no key).
-    Grid ``(n_splits, B · Hkv)``.
-    """
-    i_s = tl.program_id(0)
-    i_bg = tl.program_id(1)
-    i_b = i_bg // n_kv_heads
-    i_g = i_bg % n_kv_heads
-    ctx = tl.load(p_ctx + i_b)
-    start = i_s * chunk  # noqa: KW007 - a token index within one sequence (context lengths are int32)
-    if start >= ctx and not DIRECT:  # split past this sequence's context: the combine skips it
-        return
-    end = tl.minimum(start + chunk, ctx)
-
-    o_r = tl.arange(0, BLOCK_H)
-    m_r = o_r < q_len * group
-    o_t = o_r // group
-    o_h = i_g * group + o_r % group  # noqa: KW007 - a head index
-    o_d = tl.arange(0, BLOCK_D)
-    m_d = o_d < head_dim
-    m_q = tile_mask(m_r, m_d, EVEN_D)
-    b_q = tl.load(p_q + i_b.to(tl.int64) * stride_qb + o_t[:, None] * stride_qt + o_h[:, None] * stride_qh
-                  + o_d[None, :], mask=m_q, other=0.0)
-    b_pos = ctx - q_len + o_t  # each row's own position: keys after it are masked (q_len > 1)
-
-    b_m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    b_l = tl.zeros([BLOCK_H], dtype=tl.float32)
-    b_acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    p_btb = p_bt + i_b.to(tl.int64) * stride_bt
-    o_nb = tl.arange(0, BLOCK_N)
-    for n in range(start, end, BLOCK_N):
-        o_n = n + o_nb
-        m_n = o_n < end
-        # one page index per key: the page of key j is block_table[b, j // page_size]
-        b_page = tl.load(p_btb + o_n // page_size, mask=m_n, other=0).to(tl.int64)
-        o_slot = (o_n % page_size).to(tl.int64)
-        b_kt = tl.load(p_k + b_page[None, :] * stride_kp + o_slot[None, :] * stride_ks + i_g.to(tl.int64) * stride_kh
-                       + o_d[:, None], mask=tile_mask_t(m_n, m_d, EVEN_D), other=0.0)
-        b_s, _ = scores(tl.dot(b_q, b_kt, input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
-        b_s = tl.where(m_n[None, :] & (o_n[None, :] <= b_pos[:, None]), b_s, float("-inf"))
-        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
-        b_m_use = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
-        b_p = tl.exp2(b_s - b_m_use[:, None])
-        b_alpha = tl.exp2(b_m - b_m_use)
-        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        b_v = tl.load(p_v + b_page[:, None] * stride_vp + o_slot[:, None] * stride_vs + i_g.to(tl.int64) * stride_vh
-                      + o_d[None, :], mask=tile_mask(m_n, m_d, EVEN_D), other=0.0)
-        b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=DOT_PREC)
-        b_m = b_m_new
-
-    m_seen = b_l > 0.0
-    b_o = b_acc / tl.where(m_seen, b_l, 1.0)[:, None]
-    if DIRECT:
-        tl.store(p_o + i_b.to(tl.int64) * stride_ob + o_t[:, None] * stride_ot + o_h[:, None] * stride_oh
-                 + o_d[None, :], b_o.to(p_o.dtype.element_ty), mask=m_q)
-    else:
-        o_row = (i_b.to(tl.int64) * q_len * n_heads + o_t * n_heads + o_h) * n_splits + i_s
-        tl.store(p_op + o_row[:, None] * head_dim + o_d[None, :], b_o, mask=m_q)
-        b_lse = tl.where(m_seen, b_m + tl.log2(tl.where(m_seen, b_l, 1.0)), float("-inf"))
-        tl.store(p_lp + o_row, b_lse, mask=m_r)
-
-
-@triton.jit
 def _decode_combine_kernel(p_op, p_lp, p_ctx, p_o, stride_ob, stride_ot, stride_oh, q_len, n_heads, head_dim,
                            chunk, n_splits, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """``o[b, t, h] = Σ_s w_s o_s / Σ_s w_s`` with ``w_s = 2^(lse_s − max lse)`` over the splits that hold
@@ -314,8 +237,7 @@ def _decode_combine_kernel(p_op, p_lp, p_ctx, p_o, stride_ob, stride_ot, stride_
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """``n_splits`` splits of ``chunk`` keys (a multiple of BLOCK_N); BLOCK_H packed query rows.
-    ``legacy``: the first kernel (``_decode_split_kernel``), kept for comparison until measured."""
+    """``n_splits`` splits of ``chunk`` keys (a multiple of BLOCK_N); BLOCK_H packed query rows."""
 
     n_splits: int
     chunk: int
@@ -324,19 +246,18 @@ class DecodePlan:
     BLOCK_D: int
     num_warps: int
     num_stages: int
-    legacy: bool = False
 
 
 _FORCED: ContextVar[dict | None] = ContextVar("kernelworks_decode_forced_plan", default=None)
-_KNOBS = ("splits", "BLOCK_N", "num_warps", "num_stages", "legacy")
+_KNOBS = ("splits", "BLOCK_N", "num_warps", "num_stages")
 
 
 @contextmanager
 def forced_plan(**knobs: object) -> Iterator[None]:
     """Within the block, ``decode_attention`` launches take these knobs instead of :func:`decode_plan`'s
     choice: ``splits`` (a request: rounded so each split holds whole BLOCK_N blocks), ``BLOCK_N`` (a power
-    of two ≥ 16), ``num_warps``, ``num_stages``, ``legacy`` (the first kernel). Unset knobs keep the
-    default plan's values. For GPU sweeps (``benchmarks/sweeps/decode_attention_plan.py``) and tests.
+    of two ≥ 16), ``num_warps``, ``num_stages``. Unset knobs keep the default plan's values. For GPU
+    sweeps (``benchmarks/sweeps/decode_attention_plan.py``) and tests.
 
     Example::
 
@@ -416,8 +337,7 @@ def resolve_plan(batch: int, n_kv_heads: int, rows: int, capacity: int, head_dim
     splits, chunk = _split(capacity, forced.get("splits") or plan.n_splits, block_n)
     return replace(plan, n_splits=splits, chunk=chunk, BLOCK_N=block_n,
                    num_warps=forced.get("num_warps") or plan.num_warps,
-                   num_stages=forced.get("num_stages") or plan.num_stages,
-                   legacy=bool(forced.get("legacy", plan.legacy)))
+                   num_stages=forced.get("num_stages") or plan.num_stages)
 
 
 def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -455,12 +375,8 @@ def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
                   DOT_PREC=dot_precision(q.dtype))
     grid = (plan.n_splits, batch * hkv)
     tensors = (q4, k_cache, v_cache, block_table, context_lens, o, o_part, lse_part)
-    if plan.legacy:
-        launch(_decode_split_kernel, grid, *tensors, *common, page, plan.chunk, plan.n_splits, qk_scale,
-               softcap_log2, **consts)
-    else:
-        launch(_decode_paged_kernel, grid, *tensors, *common, block_table.shape[1], plan.chunk, plan.n_splits,
-               qk_scale, softcap_log2, PAGE=page, **consts)
+    launch(_decode_paged_kernel, grid, *tensors, *common, block_table.shape[1], plan.chunk, plan.n_splits,
+           qk_scale, softcap_log2, PAGE=page, **consts)
     if not direct:
         launch(_decode_combine_kernel, (batch * t_len * hq,), o_part, lse_part, context_lens, o,
                *o_strides, t_len, hq, d, plan.chunk, plan.n_splits,
