@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from kernelworks.ops.gated_delta.prefill_chunked import (
-    _chunk_span,
+    _chunk_program,
     _dot32,
     _inv_unit_lower_product,
     _sequence_span,
@@ -250,19 +250,13 @@ def _dqkwg_kernel(
     i. vn = U and du ``[B, T, H_v, V]`` (input dtype), hs/dh ``[n_slots, H_v, V, K]`` fp32. Outputs
     ``[B, T, H_v, ·]`` contiguous: dq (its pointer's dtype), dk fp32, dW (input dtype), dG fp32.
     """
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1).to(tl.int64)
-    i_b = tl.program_id(2).to(tl.int64)
-    i_hq = i_h // HV_PER_QK
-    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    i_c, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
-    t0 = t0.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
     row_hs = i_b * NT + i_c
     p_q += i_b * s_qb + t0 * s_qt + i_hq * s_qh
     p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
     p_do += i_b * s_ob + t0 * s_ot + i_h * s_oh
-    row0 = (i_b * T + t0) * H_V + i_h
     p_G += row0
     p_vn += row0 * V
     p_du += row0 * V
@@ -354,19 +348,13 @@ def _wy_bwd_kernel(
     kernels' ``[B, T, H_v, ·]``; outputs contiguous ``[B, T, H_v, ·]`` in their pointers' dtypes (dk may
     alias dk1: each tile is read before it is written, by the same program).
     """
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1).to(tl.int64)
-    i_b = tl.program_id(2).to(tl.int64)
-    i_hq = i_h // HV_PER_QK
-    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    _, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
-    t0 = t0.to(tl.int64)
     p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
     p_v += i_b * s_vb + t0 * s_vt + i_h * s_vh
     p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
     p_w += i_b * s_wb + t0 * s_wt + i_h * s_wh
-    row0 = (i_b * T + t0) * H_V + i_h
     p_G += row0
     p_T += row0 * CHUNK
     p_du += row0 * V

@@ -61,6 +61,19 @@ def _chunk_span(p_cs, p_ce, i_c, T, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr
 
 
 @triton.jit
+def _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V: tl.constexpr, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """A program of a ``(chunk slots, H_v, B)`` grid: ``(i_c, i_b, i_h, i_hq, t0, n, row0)`` — the chunk
+    slot, batch row, value head and its q/k head, the chunk's span (:func:`_chunk_span`; ``n ≤ 0``: a
+    varlen slot past the last chunk, nothing to do) and the int64 row of its first token in the
+    ``[B, T, H_v, ·]`` intermediates."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_b = tl.program_id(2).to(tl.int64)
+    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    return i_c, i_b, i_h, i_h // HV_PER_QK, t0, n, (i_b * T + t0) * H_V + i_h
+
+
+@triton.jit
 def _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN: tl.constexpr):
     """Where sequence ``i_n`` of a scan grid lies: ``(i_b, bos, L, coff)`` — its batch row and first token
     in that row (int64: B·T·H·K passes 2^31 at long contexts), its length (int32) and its first chunk-state
@@ -170,18 +183,12 @@ def _chunk_inverse_kernel(
     8-warp kernel that also formed W and Ũ, one program per SM sat on the substitution's barriers: 1.24 ms
     of a 2.65 ms forward on the H100 at B 8 T 4096 H 16).
     """
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1).to(tl.int64)
-    i_b = tl.program_id(2).to(tl.int64)
-    i_hq = i_h // HV_PER_QK
-    t0, n = _chunk_span(p_cs, p_ce, i_c, T, 4 * SUB, IS_VARLEN)
+    _, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, 4 * SUB, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
-    t0 = t0.to(tl.int64)  # int64 offsets: B·T·H·K passes 2^31 at long contexts
     p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
     p_g += i_b * s_gb + t0 * s_gt + i_h * s_gh
     p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
-    row0 = (i_b * T + t0) * H_V + i_h  # the intermediates' row of the chunk's first token (int64)
     p_G += row0
     p_T += row0 * (4 * SUB)
 
@@ -274,19 +281,13 @@ def _chunk_wy_kernel(
     from :func:`_chunk_inverse_kernel`; two ``[C, C] × [C, ·]`` tensor-core products, fp32 accumulation,
     one rounding at the store). Grid and layouts as that kernel's; v ``[B, T, H_v, V]``, w ``[B, T, H_v]``;
     W ``[B, T, H_v, K]``, U ``[B, T, H_v, V]`` contiguous, in k's dtype."""
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1).to(tl.int64)
-    i_b = tl.program_id(2).to(tl.int64)
-    i_hq = i_h // HV_PER_QK
-    t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
+    _, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
         return
-    t0 = t0.to(tl.int64)
     p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
     p_v += i_b * s_vb + t0 * s_vt + i_h * s_vh
     p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
     p_w += i_b * s_wb + t0 * s_wt + i_h * s_wh
-    row0 = (i_b * T + t0) * H_V + i_h
     p_G += row0
     p_T += row0 * CHUNK
     p_W += row0 * K
