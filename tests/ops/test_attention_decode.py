@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_attention import _paged  # the shuffled page pool the flash/decode tests share (same folder)
 
 from kernelworks.ops.attention import decode, reference
 from kernelworks.ops.attention.api import decode_attention
@@ -15,22 +16,6 @@ from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
 F32, F16 = torch.float32, torch.float16
-
-
-def _paged(ctx, hq, hkv, d, page, dtype, *, q_len=None):
-    n_pages = [-(-n // page) for n in ctx]
-    pool = sum(n_pages) + 2
-    kc = torch.randn(pool, page, hkv, d, device=DEVICE).to(dtype)
-    vc = torch.randn(pool, page, hkv, d, device=DEVICE).to(dtype)
-    perm = torch.randperm(pool)
-    table = torch.zeros(len(ctx), max(max(n_pages), 1), dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(n_pages):
-        table[b, :n] = perm[used:used + n].to(torch.int32)
-        used += n
-    shape = (len(ctx), hq, d) if q_len is None else (len(ctx), q_len, hq, d)
-    q = torch.randn(shape, device=DEVICE).to(dtype)
-    return q, kc, vc, table.to(DEVICE), torch.tensor(ctx, dtype=torch.int32, device=DEVICE)
 
 
 def _check(args, dtype, **opts):
