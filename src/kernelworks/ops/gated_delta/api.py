@@ -66,8 +66,8 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
         # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
         # the fused form: chunk inverses, then one scan that forms U and the output (no W, Ũ, U or chunk
-        # state through memory). Its single-stage plans were miscompiled on sm_90 by triton 3.6 (invalid
-        # shared-memory reads, illegal address); the 2-stage plan the GPU gets is sanitizer-clean.
+        # state through memory). Single-stage builds of it were miscompiled on sm_90 by triton 3.6 (invalid
+        # shared-memory reads, an illegal address); the 2-stage plan the GPU gets is sanitizer-clean.
         o, final, _ = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                           output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                                           chunk_size=chunk_size, write_strength=write_strength,

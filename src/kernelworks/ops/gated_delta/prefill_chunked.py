@@ -585,9 +585,11 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
       products, the output's ``Q S₀ᵀ`` after U (``late_out``: q loaded late; 255 registers, no spill at the
       bench shape, 40 B varlen + h0 + write; 56–120 B the other order). H100 (sweep, same run): K1a 148
       (tf32) + K2 396 = 544 µs against 1107 µs for the four-kernel form and fla's 1028; the varlen case
-      814 µs; 32-row V blocks 741 µs (varlen 908: no help there either), 3 stages 748 (earlier run). 1-stage
-      fused plans hit an illegal address on sm_90 (triton 3.6 miscompile; compute-sanitizer had flagged
-      invalid shared reads in the earlier 1-stage fused kernel): fused plans keep 2 stages.
+      814 µs; 32-row V blocks 741 µs (varlen 908: no help there either); 3 stages 748 and the other output
+      order 656 (``sweeps/gated_delta_prefill_plan-fused-order.json``). A 1-stage fused plan (32-row V
+      blocks) hit an illegal address on sm_90, and compute-sanitizer had flagged invalid shared reads in
+      the earlier 1-stage fused kernel (triton 3.6 miscompiles, ``sweeps/gated_delta_fused_first.txt``):
+      fused plans keep 2 stages, the default memcheck-clean at T 100 and 1000.
     - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
       but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
     The interpreter takes the requested chunk and one warp, and the GPU's choices otherwise."""
