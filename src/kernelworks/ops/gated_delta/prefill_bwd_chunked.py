@@ -141,12 +141,12 @@ def _ut_inverse_blocked(b_A, C: tl.constexpr):
 
 @triton.jit
 def _dh_scan_kernel(
-    p_q, p_k, p_G, p_W, p_do, p_dht, p_cu, p_coff, p_dh, p_du, p_dh0,
-    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_ob, s_ot, s_oh,
+    p_q, p_k, p_G, p_W, p_T, p_beta, p_do, p_dht, p_cu, p_coff, p_dh, p_du, p_dh0,
+    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_bb, s_bt, s_bh, s_ob, s_ot, s_oh,
     T, NT, scale, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr,
-    SPLIT_STATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SPLIT_STATE: tl.constexpr, W_FROM_T: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Reverse scan of the state gradient. Per chunk (last first), with ``dS`` the gradient of the state
     at the chunk's end: store ``dS`` to ``dh[coff + j]``; ``dU = scale Pᵀ dO + K̂ dSᵀ`` → du;
@@ -154,8 +154,10 @@ def _dh_scan_kernel(
 
     Grid ``(cdiv(V, BLOCK_V), H_v, N)``. q, k ``[B, T, H_qk, K]``, do ``[B, T, H_v, V]`` (strides given,
     unit last); G ``[B, T, H_v]`` fp32, W ``[B, T, H_v, K]`` (the forward's K1 outputs, contiguous);
-    dht/dh0 ``[N, H_v, V, K]`` fp32; dh ``[n_slots, H_v, V, K]`` fp32 (the layout of the forward's
-    chunk-start states); du ``[B, T, H_v, V]`` in the input dtype. ``dS`` is held transposed (``[K,
+    W_FROM_T: no W, ``Wᵀ dU = Kᵀ (βγ ⊙ Tᵀ dU)`` from T ``[B, T, H_v, C]`` and beta ``[B, T, H_v]`` (strides
+    given) instead — one more small dot a chunk, no W to form and store in the recompute;
+    dht/dh0 ``[N, H_v, V, K]`` fp32; dh ``[n_slots, H_v, V, K]`` fp32 or the input dtype (the layout of
+    the forward's chunk-start states); du ``[B, T, H_v, V]`` in the input dtype. ``dS`` is held transposed (``[K,
     BLOCK_V]``): the B operand of ``K̂ dSᵀ`` as it stands, and its update ``(γ⊙Q)ᵀ dO − Wᵀ dU`` has K = 128
     rows (a wgmma tile).
     """
@@ -169,7 +171,11 @@ def _dh_scan_kernel(
     p_do += i_b * s_ob + bos * s_ot + i_h * s_oh
     row0 = (i_b * T + bos) * H_V + i_h  # the intermediates' row of the sequence's first token (int64)
     p_G += row0
-    p_W += row0 * K
+    if W_FROM_T:
+        p_T += row0 * CHUNK
+        p_beta += i_b * s_bb + bos * s_bt + i_h * s_bh
+    else:
+        p_W += row0 * K
     p_du += row0 * V
 
     o_k = tl.arange(0, BLOCK_K)
@@ -190,7 +196,7 @@ def _dh_scan_kernel(
     for j in range(0, n_chunks):
         i_c = n_chunks - 1 - j                       # reverse: the last chunk first
         c0 = i_c * CHUNK
-        tl.store(p_dh + i_c.to(tl.int64) * (H_V * V * K) + o_hk, b_dst, mask=m_hk)
+        tl.store(p_dh + i_c.to(tl.int64) * (H_V * V * K) + o_hk, b_dst.to(p_dh.dtype.element_ty), mask=m_hk)
         o_t = c0 + o_c
         m_t = o_t < L
         o_t = o_t.to(tl.int64)
@@ -199,7 +205,6 @@ def _dh_scan_kernel(
         b_k = tl.load(p_k + o_t[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
         DT = b_k.dtype
         b_q = tl.load(p_q + o_t[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
-        b_w = tl.load(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0)
         b_do = tl.load(p_do + o_t[:, None] * s_ot + o_v[None, :], mask=m_tv, other=0.0)
         b_G, b_GC = _chunk_gates(p_G + c0 * H_V, o_c, m_t, tl.minimum(L - c0, CHUNK), H_V)
 
@@ -218,7 +223,16 @@ def _dh_scan_kernel(
         # dS₀ᵀ = γ_C dS_Cᵀ + scale (γ ⊙ Q)ᵀ dO − Wᵀ dU
         b_dog = (b_do * (scale * tl.exp2(b_G))[:, None]).to(DT)
         b_dst = tl.dot(tl.trans(b_q), b_dog, b_dst * tl.exp2(b_GC), input_precision=DOT_PRECISION)
-        b_dst = tl.dot(tl.trans(b_w), -b_dud, b_dst, input_precision=DOT_PRECISION)
+        if W_FROM_T:
+            # W = T (βγ ⊙ K): Wᵀ dU = Kᵀ (βγ ⊙ (Tᵀ dU)), the per-token factor again on the narrow side
+            b_T = tl.load(p_T + o_t[:, None] * (H_V * CHUNK) + o_c[None, :], mask=m_t[:, None], other=0.0)
+            b_bt = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
+            b_tdu = tl.dot(tl.trans(b_T), b_dud, input_precision=DOT_PRECISION)
+            b_tdu = (b_tdu * -(b_bt * tl.exp2(b_G))[:, None]).to(DT)
+            b_dst = tl.dot(tl.trans(b_k), b_tdu, b_dst, input_precision=DOT_PRECISION)
+        else:
+            b_w = tl.load(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0)
+            b_dst = tl.dot(tl.trans(b_w), -b_dud, b_dst, input_precision=DOT_PRECISION)
 
     if STORE_DH0:
         tl.store(p_dh0 + (i_n * H_V + i_h) * (V * K) + o_hk, b_dst, mask=m_hk)
@@ -231,10 +245,11 @@ def _dh_scan_kernel(
 def _dqkwg_kernel(
     p_q, p_k, p_G, p_vn, p_do, p_du, p_hs, p_dh, p_cs, p_ce,
     p_dq, p_dk, p_dW, p_dG,
-    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_ob, s_ot, s_oh,
+    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_ob, s_ot, s_oh, s_dg_part,
     T, NT, scale, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, SPLIT_STATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    K_SPLIT: tl.constexpr = 1,
 ):
     """One chunk, one value head, all of V (looped in BLOCK_V blocks):
 
@@ -245,12 +260,19 @@ def _dqkwg_kernel(
     ``Σ_k dQ₁ ⊙ Q`` (γ in the output), ``−dK̂ ⊙ K̂`` per token and ``Σ dK̂ ⊙ K̂ + γ_C ⟨dS_C, S₀⟩`` at the
     chunk's last token (G_C in K̂ and in ``γ_C S₀``).
 
-    Grid ``(n_chunks, H_v, B)``; dense: chunk i at token i·C of batch row program_id(2), its states at
-    hs/dh row ``b·NT + i``; varlen (B = 1): slot i covers ``[cs[i], min(cs[i] + C, ce[i]))``, states at row
-    i. vn = U and du ``[B, T, H_v, V]`` (input dtype), hs/dh ``[n_slots, H_v, V, K]`` fp32. Outputs
-    ``[B, T, H_v, ·]`` contiguous: dq (its pointer's dtype), dk fp32, dW (input dtype), dG fp32.
+    K_SPLIT: the K columns are shared among K_SPLIT programs per chunk (BLOCK_K each): every output but dG
+    is column-wise, and each of dG's shares is a sum over K (P too, ``Q Kᵀ`` summed by column blocks), so
+    program j writes the part of dG from its columns to ``dG + j·s_dg_part`` and the WY kernel adds the
+    parts; only ``dP`` (a reduction over V) is computed by each of them. Smaller accumulators: 4 warps
+    and several programs per SM instead of 8 warps and one.
+
+    Grid ``(n_chunks · K_SPLIT, H_v, B)``; dense: chunk i at token i·C of batch row program_id(2), its
+    states at hs/dh row ``b·NT + i``; varlen (B = 1): slot i covers ``[cs[i], min(cs[i] + C, ce[i]))``,
+    states at row i. vn = U and du ``[B, T, H_v, V]`` (input dtype), hs/dh ``[n_slots, H_v, V, K]`` fp32
+    or the input dtype (then one 16-bit operand each, no split). Outputs ``[B, T, H_v, ·]`` contiguous:
+    dq (its pointer's dtype), dk fp32, dW (input dtype), dG fp32 ``[K_SPLIT, B, T, H_v]``.
     """
-    i_c, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
+    i_c, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN, K_SPLIT)
     if n <= 0:  # a varlen slot past the last chunk
         return
     row_hs = i_b * NT + i_c
@@ -263,11 +285,11 @@ def _dqkwg_kernel(
     p_dq += row0 * K
     p_dk += row0 * K
     p_dW += row0 * K
-    p_dG += row0
+    p_dG += row0 + (tl.program_id(0) % K_SPLIT) * s_dg_part
     p_hs += (row_hs * H_V + i_h) * (V * K)
     p_dh += (row_hs * H_V + i_h) * (V * K)
 
-    o_k = tl.arange(0, BLOCK_K)
+    o_k = (tl.program_id(0) % K_SPLIT) * BLOCK_K + tl.arange(0, BLOCK_K)
     m_k = o_k < K
     o_c = tl.arange(0, CHUNK)
     m_t = o_c < n
@@ -293,7 +315,7 @@ def _dqkwg_kernel(
         b_dq1 = _dot_split(b_do, b_s0, b_dq1, SPLIT_STATE, DOT_PRECISION)
         b_dw = _dot_split(b_du, b_s0, b_dw, SPLIT_STATE, DOT_PRECISION)
         b_dkh = _dot_split(b_u, b_dsc, b_dkh, SPLIT_STATE, DOT_PRECISION)
-        b_ss += tl.sum(b_dsc * b_s0, 0)
+        b_ss += tl.sum(b_dsc.to(tl.float32) * b_s0.to(tl.float32), 0)
 
     tl.store(p_dW + o_c[:, None] * (H_V * K) + o_k[None, :], (-b_dw).to(DT), mask=m_tk)
     b_q = tl.load(p_q + o_c[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
@@ -310,7 +332,7 @@ def _dqkwg_kernel(
     b_dk = tl.dot(tl.trans(b_dpm), b_q, b_dkh * b_e[:, None], input_precision=DOT_PRECISION)
     tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], b_dk, mask=m_tk)
 
-    # dG: P = Q Kᵀ ⊙ M recomputed (fp32) for dP ⊙ P
+    # dG: P = Q Kᵀ ⊙ M recomputed (fp32; with K_SPLIT, this program's columns' part of it) for dP ⊙ P
     b_P = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION) * b_M
     b_F = b_dp * b_P
     b_dG = tl.sum(b_F, 1) - tl.sum(b_F, 0) + tl.sum(b_dq1 * b_q.to(tl.float32), 1)
@@ -328,11 +350,11 @@ def _dqkwg_kernel(
 def _wy_bwd_kernel(
     p_k, p_v, p_beta, p_w, p_G, p_T, p_du, p_dW, p_dk1, p_dG1, p_cs, p_ce,
     p_dk, p_dv, p_dg, p_dbeta, p_dw,
-    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh,
+    s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh, s_dg_part,
     T, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_W: tl.constexpr, LOAD_T: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DG_PARTS: tl.constexpr = 1,
 ):
     """One chunk, one value head: back through the UT transform ``W = T Y``, ``Ũ = T X``:
 
@@ -343,10 +365,11 @@ def _wy_bwd_kernel(
 
     LOAD_T: T = (I + A)⁻¹ as the forward stored it (``T [B, T, H_v, C]``, row t of its chunk's T, input
     dtype); otherwise recomputed from A (``_ut_inverse_blocked``) and rounded to the operand dtype as the
-    forward rounds it. Grid and chunk addressing as ``_dqkwg_kernel``. k ``[B, T, H_qk, K]``, v ``[B, T,
-    H_v, V]``, beta/w ``[B, T, H_v]`` (strides given); G, du, dW, dk1 (fp32), dG1 (fp32) the earlier
-    kernels' ``[B, T, H_v, ·]``; outputs contiguous ``[B, T, H_v, ·]`` in their pointers' dtypes (dk may
-    alias dk1: each tile is read before it is written, by the same program).
+    forward rounds it. Grid ``(n_chunks, H_v, B)``, chunks addressed as in ``_dqkwg_kernel``. k ``[B, T,
+    H_qk, K]``, v ``[B, T, H_v, V]``, beta/w ``[B, T, H_v]`` (strides given); G, du, dW, dk1 (fp32), dG1
+    (fp32: DG_PARTS parts, ``s_dg_part`` apart, summed here) the earlier kernels' ``[B, T, H_v, ·]``;
+    outputs contiguous ``[B, T, H_v, ·]`` in their pointers' dtypes (dk may alias dk1: each tile is read
+    before it is written, by the same program).
     """
     _, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
     if n <= 0:  # a varlen slot past the last chunk
@@ -431,6 +454,8 @@ def _wy_bwd_kernel(
     tl.store(p_dbeta + o_c * H_V, b_dbeta.to(p_dbeta.dtype.element_ty), mask=m_t)
     b_F = b_dA * b_Anb * b_beta[:, None]             # dA ⊙ A
     b_dG = tl.load(p_dG1 + o_c * H_V, mask=m_t, other=0.0)
+    for j in tl.static_range(1, DG_PARTS):
+        b_dG += tl.load(p_dG1 + j * s_dg_part + o_c * H_V, mask=m_t, other=0.0)
     b_dG += tl.sum(b_F, 1) - tl.sum(b_F, 0) + b_bg * b_dYk
     b_dG = tl.where(m_t, b_dG, 0.0)
     # g_t enters G_s for every s ≥ t of the chunk: dg = reverse cumsum of dG (the state decay across
@@ -453,6 +478,11 @@ class _Plan(NamedTuple):
     warps_wy: int
     stages_wy: int
     DOT_PRECISION: str
+    K_SPLIT: int = 1            # dq/dk/dW/dG kernel: programs per chunk, each over K / K_SPLIT columns
+    BLOCK_V_DQ: int = 0         # its V block (0: BLOCK_V_CHUNK)
+    states_16bit: bool = False  # chunk-start states and dS_C stored in the input dtype (no hi + lo split)
+    split_state: bool = True    # the scan's fp32 dS as a 16-bit operand split hi + lo
+    w_from_t: bool = False      # recompute without W (U formed from T in the scan), Wᵀ dU from T
 
 
 @cached_plan
@@ -467,11 +497,12 @@ def _plan(K: int, V: int) -> _Plan:
       (32 rows at 8 warps/1 stage and at 4 warps/2 stages also compile without spills).
     - chunk kernels: whole K, V looped in 32-row blocks, 8 warps, 2 stages (the next V block's loads in
       flight; 251–255 registers). 64-row blocks spill 160 B in ``_dqkwg_kernel``.
-    The interpreter takes one warp."""
+    The interpreter takes one warp, and the GPU plan's structure (16-bit states, K split in two, no W)."""
     block_k = next_pow2(max(K, 16))
     block_v = min(next_pow2(max(V, 16)), 32)
     if interpreter_active():
-        return _Plan(block_k, block_v, block_v, 1, 1, 1, 1, 1, 1, "ieee")
+        return _Plan(block_k, block_v, block_v, 1, 1, 1, 1, 1, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1,
+                     states_16bit=True, split_state=False, w_from_t=True)
     return _Plan(block_k, min(next_pow2(max(V, 16)), 64), block_v, 8, 1, 8, 2, 8, 2, "ieee")
 
 
@@ -492,11 +523,13 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     plan = _plan(K, V)
     split = q.dtype != torch.float32
-    # 0. the forward's intermediates: G, W, chunk-start states, U (K1 + K2 of the forward, no output)
+    states_dt = dt if plan.states_16bit else torch.float32
+    # 0. the forward's intermediates: G, T, chunk-start states, U (and W, unless the scan forms U from T)
     _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                       output_final_state=False, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                                      write_strength=write_strength, fuse_output=False, need_output=False)
-    chunk, G, W, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["h"], saved["v_new"]
+                                      write_strength=write_strength, fuse_output=False, need_output=False,
+                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt)
+    chunk, G, W, Tm, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["T"], saved["h"], saved["v_new"]
     if cu_seqlens is None:
         nt = cdiv(T, chunk)
         n_slots, slots_per_row = B * nt, nt
@@ -508,36 +541,39 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     if do.stride(-1) != 1:
         do = do.contiguous()
     is_varlen = cu_seqlens is not None
+    split = split and not plan.states_16bit
 
     # 1. the reverse scan: dS_C per chunk, dU, d initial_state
-    dh = empty((max(n_slots, 1), H_v, V, K), dtype=torch.float32, device=dev)
+    dh = empty((max(n_slots, 1), H_v, V, K), dtype=states_dt, device=dev)
     du = empty((B, T, H_v, V), dtype=dt, device=dev)
     dh0 = empty((n_seq, H_v, V, K) if need_dh0 else (0,), dtype=torch.float32, device=dev)
     if dht is not None:
         dht = dht.contiguous()
     launch(_dh_scan_kernel, (cdiv(V, plan.BLOCK_V_SCAN), H_v, n_seq),
-           q, k, G, W, do, dht if dht is not None else dh0, cu, coff, dh, du, dh0,
+           q, k, G, W if W is not None else G, Tm, beta, do, dht if dht is not None else dh0, cu, coff, dh, du, dh0,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-           do.stride(0), do.stride(1), do.stride(2),
+           beta.stride(0), beta.stride(1), beta.stride(2), do.stride(0), do.stride(1), do.stride(2),
            T, nt, scale, ratio,
            num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=plan.BLOCK_K, BLOCK_V=plan.BLOCK_V_SCAN, IS_VARLEN=is_varlen, HAS_DHT=dht is not None,
-           STORE_DH0=need_dh0, SPLIT_STATE=split, DOT_PRECISION=plan.DOT_PRECISION)
+           STORE_DH0=need_dh0, SPLIT_STATE=split and plan.split_state, W_FROM_T=W is None,
+           DOT_PRECISION=plan.DOT_PRECISION)
 
-    # 2. dq, the direct part of dk, dW, the P/γ/K̂/γ_C shares of dG
+    # 2. dq, the direct part of dk, dW, the P/γ/K̂/γ_C shares of dG (in K_SPLIT parts)
     grid = (slots_per_row, H_v, B)
+    n_split = plan.K_SPLIT
     dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
     dk = empty((B, T, H_v, K), dtype=torch.float32, device=dev)
     dW = empty((B, T, H_v, K), dtype=dt, device=dev)
-    dG = empty((B, T, H_v), dtype=torch.float32, device=dev)
-    launch(_dqkwg_kernel, grid,
+    dG = empty((n_split, B, T, H_v), dtype=torch.float32, device=dev)
+    launch(_dqkwg_kernel, (slots_per_row * n_split, H_v, B),
            q, k, G, vn, do, du, hs, dh, cs, ce, dq, dk, dW, dG,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-           do.stride(0), do.stride(1), do.stride(2),
+           do.stride(0), do.stride(1), do.stride(2), B * T * H_v,
            T, nt, scale, ratio,
            num_warps=plan.warps_dqkwg, num_stages=plan.stages_dqkwg, H_V=H_v, K=K, V=V, CHUNK=chunk,
-           BLOCK_K=plan.BLOCK_K, BLOCK_V=plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen, SPLIT_STATE=split,
-           DOT_PRECISION=plan.DOT_PRECISION)
+           BLOCK_K=plan.BLOCK_K // n_split, BLOCK_V=plan.BLOCK_V_DQ or plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen,
+           SPLIT_STATE=split, DOT_PRECISION=plan.DOT_PRECISION, K_SPLIT=n_split)
 
     # 3. the WY backward: dv, dw, dβ, the rest of dk, dg
     w = write_strength if write_strength is not None else beta
@@ -546,15 +582,14 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     dg = empty((B, T, H_v), dtype=g.dtype, device=dev)
     dbeta = empty((B, T, H_v), dtype=beta.dtype, device=dev)
     dw = empty((B, T, H_v), dtype=write_strength.dtype, device=dev) if write_strength is not None else dg
-    Tm = saved.get("T") if reuse_T else None
     launch(_wy_bwd_kernel, grid,
-           k, v, beta, w, G, Tm if Tm is not None else G, du, dW, dk, dG, cs, ce, dk_out, dv, dg, dbeta, dw,
+           k, v, beta, w, G, Tm, du, dW, dk, dG, cs, ce, dk_out, dv, dg, dbeta, dw,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-           beta.stride(0), beta.stride(1), beta.stride(2), w.stride(0), w.stride(1), w.stride(2),
+           beta.stride(0), beta.stride(1), beta.stride(2), w.stride(0), w.stride(1), w.stride(2), B * T * H_v,
            T, ratio,
            num_warps=plan.warps_wy, num_stages=plan.stages_wy, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=plan.BLOCK_K,
            BLOCK_V=plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen, HAS_W=write_strength is not None,
-           LOAD_T=Tm is not None, DOT_PRECISION=plan.DOT_PRECISION)
+           LOAD_T=reuse_T, DOT_PRECISION=plan.DOT_PRECISION, DG_PARTS=n_split)
 
     if ratio > 1:  # the deterministic sum over the value heads that share a q/k head
         dq = dq.view(B, T, H_qk, ratio, K).sum(3).to(q.dtype)

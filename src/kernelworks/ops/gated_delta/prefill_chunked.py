@@ -61,12 +61,14 @@ def _chunk_span(p_cs, p_ce, i_c, T, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr
 
 
 @triton.jit
-def _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V: tl.constexpr, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """A program of a ``(chunk slots, H_v, B)`` grid: ``(i_c, i_b, i_h, i_hq, t0, n, row0)`` — the chunk
-    slot, batch row, value head and its q/k head, the chunk's span (:func:`_chunk_span`; ``n ≤ 0``: a
+def _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V: tl.constexpr, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr,
+                   SPLIT: tl.constexpr = 1):
+    """A program of a ``(chunk slots · SPLIT, H_v, B)`` grid: ``(i_c, i_b, i_h, i_hq, t0, n, row0)`` — the
+    chunk slot, batch row, value head and its q/k head, the chunk's span (:func:`_chunk_span`; ``n ≤ 0``: a
     varlen slot past the last chunk, nothing to do) and the int64 row of its first token in the
-    ``[B, T, H_v, ·]`` intermediates."""
-    i_c = tl.program_id(0)
+    ``[B, T, H_v, ·]`` intermediates. SPLIT programs share a chunk (``program_id(0) % SPLIT`` tells them
+    apart), adjacent in launch order so that they read its tiles at about the same time (L2 hits)."""
+    i_c = tl.program_id(0) // SPLIT
     i_h = tl.program_id(1).to(tl.int64)
     i_b = tl.program_id(2).to(tl.int64)
     t0, n = _chunk_span(p_cs, p_ce, i_c, T, CHUNK, IS_VARLEN)
@@ -636,8 +638,9 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         *, scale: float, initial_state: torch.Tensor | None, output_final_state: bool,
                         cu_seqlens: torch.Tensor | None, chunk_size: int = 64,
                         write_strength: torch.Tensor | None = None, fuse_output: bool = True,
-                        store_states: bool = False,
-                        need_output: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
+                        store_states: bool = False, need_output: bool = True, wy_in_scan: bool = False,
+                        states_dtype: torch.dtype | None = None,
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
     """The chunk-parallel forward (inputs validated by the caller, as for ``gated_delta_prefill_fwd``).
 
     Args:
@@ -650,6 +653,10 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         store_states: also keep the chunk-start states when fusing (the unfused path always has them).
         need_output: False skips the output (unfused only: K1 + K2, for a backward that recomputes the
             forward's intermediates); o is then None.
+        wy_in_scan: unfused, form U from T inside the scan as the fused plan does (no K1b launch; ``W`` and
+            ``U_tilde`` are then None).
+        states_dtype: the dtype of the stored chunk-start states (``saved["h"]``); default fp32, or the
+            input dtype where only K3 reads them (the plan's ``hs_16bit``).
 
     Returns:
         ``(o, final_state, saved)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]``
@@ -658,7 +665,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         log-decay in LOG2 units, ``log2(e)·Σ g`` from the chunk start), ``W`` ``[B, T, H_v, K]`` and
         ``U_tilde`` ``[B, T, H_v, V]`` (input dtype: ``T (βγ ⊙ K)``, ``T (w ⊙ V)`` per chunk; None when the
         fused plan forms U in the scan), ``T`` ``[B, T, H_v, C]`` (the chunk inverses), ``h`` the
-        chunk-start states ``[n_slots, H_v, V, K]`` fp32 (row ``coff[n] + j``; varlen slots past the last
+        chunk-start states ``[n_slots, H_v, V, K]`` (``states_dtype``; row ``coff[n] + j``; varlen slots past the last
         chunk unwritten) or None, ``v_new`` ``[B, T, H_v, V]`` (input dtype, ``U = Ũ − W S₀ᵀ``) or None
         when fused, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense: ``n · cdiv(T, C)``).
     """
@@ -694,7 +701,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
            IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision,
            INV_PRECISION=plan.inv_precision)
-    fuse_wy = bool(fuse_output and plan.fuse_wy)
+    fuse_wy = bool(fuse_output and plan.fuse_wy) or wy_in_scan
     if fuse_wy:
         W = U = G  # unused pointers: the scan forms W and Ũ from T
     else:
@@ -715,7 +722,9 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     # the chunk-start states K3 reads: fp32, or (plan.hs_16bit, when only K3 needs them) rounded to the
     # input dtype — half the bytes of K2's stores and K3's loads, the output's Q S₀ᵀ term then as fla has it
     hs_16 = plan.hs_16bit and need_output and not store_states and not fuse_output
-    hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=dt if hs_16 else torch.float32, device=dev)
+    if states_dtype is None:
+        states_dtype = dt if hs_16 else torch.float32
+    hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=states_dtype, device=dev)
     vn = empty((B, T, H_v, V) if not fuse_output else (0,), dtype=dt, device=dev)
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
@@ -738,7 +747,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                o.stride(0), o.stride(1), o.stride(2),
                T, nt, scale, H_v // H_qk,
                num_warps=plan.warps_out, H_V=H_v, K=K, V=V, CHUNK=chunk, BLOCK_K=block_k, BLOCK_V=plan.BLOCK_V_OUT,
-               IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not (fp32 or hs_16), DOT_PRECISION=precision)
+               IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not fp32 and hs.dtype == torch.float32,
+               DOT_PRECISION=precision)
     saved = {"chunk": chunk, "G": G, "T": Tm, "W": None if fuse_wy else W, "U_tilde": None if fuse_wy else U,
              "h": hs if keep_h else None, "v_new": vn if not fuse_output else None, "chunk_offsets": coff}
     return (o if need_output else None), (ht if output_final_state else None), saved
