@@ -25,6 +25,7 @@ from kernelworks.bench.timing import kernel_times_us
 from kernelworks.ops.gated_delta import reference
 from kernelworks.ops.gated_delta.api import gated_delta_prefill
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
+from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
@@ -140,24 +141,19 @@ SHAPES = {
 }
 if args.smoke:
     SHAPES = {"smoke-B2-T40-H16": (2, 40, None), "smoke-varlen": (1, 50, (20, 1, 29))}
-S16 = {"states_16bit": True, "split_state": False}
-NOW = {**S16, "w_from_t": True}
-SCAN4 = {"warps_scan": 4, "stages_scan": 1}
-KS2 = {"K_SPLIT": 2, "warps_dqkwg": 4}
-VARIANTS = {
+PREVIOUS = {"BLOCK_V_SCAN": 64, "BLOCK_V_CHUNK": 32, "warps_scan": 8, "stages_scan": 1, "warps_dqkwg": 8,
+            "stages_dqkwg": 2, "warps_wy": 8, "stages_wy": 2, "K_SPLIT": 1, "BLOCK_V_DQ": 0, "states_16bit": False,
+            "split_state": True, "w_from_t": False, "dk_16bit": False}
+FORWARD_T = "default + forward T"
+VARIANTS = {  # overrides of the default plan (prefill_bwd_chunked._plan)
     "default": {},
-    "s16": S16,
-    "s16 scan4": {**S16, **SCAN4},
-    "s16 noW": NOW,
-    "s16 noW scan4": {**NOW, **SCAN4},
-    "s16 noW scan4 ks2": {**NOW, **SCAN4, **KS2},
-    "s16 noW scan4 ks2 bv64 s1": {**NOW, **SCAN4, **KS2, "BLOCK_V_DQ": 64, "stages_dqkwg": 1},
-    "s16 noW scan4 ks2w8 bv64": {**NOW, **SCAN4, "K_SPLIT": 2, "BLOCK_V_DQ": 64},
-    "s16 noW scan4 ks2w8 bv64 s1": {**NOW, **SCAN4, "K_SPLIT": 2, "BLOCK_V_DQ": 64, "stages_dqkwg": 1},
-    "s16 noW scan4bv32s2 ks2": {**NOW, **KS2, "warps_scan": 4, "stages_scan": 2, "BLOCK_V_SCAN": 32},
-    "s16 noW scan4 ks2 wy4 bv64 s1": {**NOW, **SCAN4, **KS2, "BLOCK_V_DQ": 32, "warps_wy": 4, "stages_wy": 1,
-                                      "BLOCK_V_CHUNK": 64},
-    "s16 noW scan4 ks2 wy8 s1": {**NOW, **SCAN4, **KS2, "stages_wy": 1},
+    FORWARD_T: {},  # the public path: the forward's chunk inverses passed in (no chunk-inverse kernel)
+    "previous default (fp32 states, 8 warps)": PREVIOUS,
+    "dk fp32": {"dk_16bit": False},
+    "scan bv32 s2": {"BLOCK_V_SCAN": 32, "stages_scan": 2},
+    "dq bv32 s2": {"BLOCK_V_DQ": 32, "stages_dqkwg": 2},
+    "dq whole K, 8 warps": {"K_SPLIT": 1, "warps_dqkwg": 8, "BLOCK_V_DQ": 32, "stages_dqkwg": 2},
+    "wy s2": {"stages_wy": 2},
 }
 if args.variants:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in args.variants.split(",")}
@@ -168,7 +164,10 @@ for tag, (B, T, lens) in SHAPES.items():
     cu = cu_of(lens)
     with torch.no_grad():
         t_fwd = bench(functools.partial(gated_delta_prefill, x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu))
-    timed[tag] = (x, do, cu, t_fwd)
+    _, _, saved = chunked_prefill_fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=D ** -0.5, initial_state=None,
+                                      output_final_state=False, cu_seqlens=cu, chunk_size=16 if args.smoke else 64)
+    timed[tag] = (x, do, cu, t_fwd, (saved["T"], saved["G"]))
+    del saved
     results["shapes"][tag] = {"fwd_ms": t_fwd}
     if args.old:
         results["shapes"][tag]["sequential_bwd_ms"] = bench(
@@ -185,8 +184,9 @@ for name, over in VARIANTS.items():
             got = bwd(pbc.gated_delta_prefill_bwd_chunked, x, do, dht, cu, D ** -0.5)
             worst = max(worst, *check(f"{name} | {tag}", grad_names(x), got, want, 2e-2))
         row["worst_rel_l2"] = worst
-        for tag, (x, do, cu, t_fwd) in timed.items():
-            run = functools.partial(bwd, pbc.gated_delta_prefill_bwd_chunked, x, do, None, cu, D ** -0.5)
+        for tag, (x, do, cu, t_fwd, inverses) in timed.items():
+            extra = {"inverses": inverses} if name == FORWARD_T else {}
+            run = functools.partial(bwd, pbc.gated_delta_prefill_bwd_chunked, x, do, None, cu, D ** -0.5, **extra)
             t = bench(run)
             per = prof(run)
             row[tag] = {"ms": t, "over_fwd": t / t_fwd, "kernels_us": per}
@@ -207,7 +207,7 @@ with open(args.out, "w") as f:
     json.dump(results, f, indent=1, default=str)
 fwd_cols = "  ".join(f"{tag} fwd {v[3]:.3f} ms" for tag, v in timed.items())
 print(f"\nbackward variants (ms; {fwd_cols})")
-print(f"{'variant':34s} {'worst err':>9s} " + " ".join(f"{tag:>16s}" for tag in timed))
+print(f"{'variant':40s} {'worst err':>9s} " + " ".join(f"{tag:>16s}" for tag in timed))
 for name, worst, *ts in table:
-    print(f"{name:34s} {worst:9.2e} " + " ".join(f"{t:9.3f} ({t / v[3]:4.2f}x)" for t, v in zip(ts, timed.values())))
+    print(f"{name:40s} {worst:9.2e} " + " ".join(f"{t:9.3f} ({t / v[3]:4.2f}x)" for t, v in zip(ts, timed.values())))
 print(f"{len(fails)} FAIL line(s)" if fails else "all checks ok")

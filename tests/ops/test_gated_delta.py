@@ -427,7 +427,16 @@ def test_custom_ops_opcheck():
     torch.library.opcheck(api._decode_op, (*x.values(), idx, 0.25, None, None, False, None), test_utils=utils)
     p = _prefill_inputs(1, 20, 1, 2, 16, 16)
     torch.library.opcheck(api._prefill_op, (*p.values(), None, None, True, None, 0.25, 16), test_utils=utils)
-    grads = (torch.randn(1, 20, 2, 16, device=DEVICE), None, *p.values(), None, None, None, 0.25, 16, False)
+    grads = (torch.randn(1, 20, 2, 16, device=DEVICE), None, *p.values(), None, None, None, 0.25, 16, False,
+             None, None)
+    torch.library.opcheck(api._prefill.backward_op, grads, test_utils=utils)
+    # 16-bit inputs: the forward also returns its chunk inverses, which the backward takes
+    p16 = _prefill_inputs(1, 20, 1, 2, 16, 16, dtype=torch.float16)
+    torch.library.opcheck(api._prefill_op, (*p16.values(), None, None, False, None, 0.25, 16), test_utils=utils)
+    _, _, chunk_T, chunk_G = api._prefill_op(*p16.values(), None, None, False, None, 0.25, 16)
+    assert chunk_T.shape == (1, 20, 2, 16) and chunk_G.shape == (1, 20, 2)
+    grads = (torch.randn(1, 20, 2, 16, device=DEVICE).half(), None, *p16.values(), None, None, None, 0.25, 16,
+             False, chunk_T, chunk_G)
     torch.library.opcheck(api._prefill.backward_op, grads, test_utils=utils)
 
 

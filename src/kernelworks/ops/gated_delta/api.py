@@ -7,8 +7,10 @@ would need one (grad mode on and an input requiring grad) raises ``NotImplemente
 return an output gradients silently stop at.
 
 ``gated_delta_prefill`` is a :class:`~kernelworks.runtime.torch_op.TorchOp`: ``kernelworks::gated_delta_prefill``
-(``→ (o, final_state)``) + ``kernelworks::gated_delta_prefill_backward`` under ``torch.compile``, an autograd
-Function in eager mode; gradients for q, k, v, g, beta, write_strength and initial_state (``prefill_bwd.py``).
+(``→ (o, final_state, T, G)``, the last two the chunk inverses and decays kept for the backward) +
+``kernelworks::gated_delta_prefill_backward`` under ``torch.compile``, an autograd Function in eager mode;
+gradients for q, k, v, g, beta, write_strength and initial_state (``prefill_bwd_chunked.py`` for 16-bit
+inputs, ``prefill_bwd.py`` for fp32).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
 from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked
-from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
+from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, kernel_chunk
 from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
@@ -61,35 +63,46 @@ def _decode_fake(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, 
 def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      write_strength: torch.Tensor | None, initial_state: torch.Tensor | None,
                      output_final_state: bool, cu_seqlens: torch.Tensor | None, scale: float,
-                     chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(o, final_state, T, G)``: final_state empty without ``output_final_state``; ``T`` ``[B, T, H_v,
+    C]`` and ``G`` ``[B, T, H_v]`` the chunk inverses and log2 decays the 16-bit forward computed (kept for
+    the backward, which then skips recomputing them; the fp32 path returns them empty)."""
+    def no_tensor() -> torch.Tensor:  # a fresh one each time: custom-op outputs must not alias
+        return empty((0,), dtype=torch.float32, device=v.device)
+
     if q.dtype != torch.float32:
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
         # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
         # the fused form: chunk inverses, then one scan that forms U and the output (no W, Ũ, U or chunk
         # state through memory). Single-stage builds of it were miscompiled on sm_90 by triton 3.6 (invalid
         # shared-memory reads, an illegal address); the 2-stage plan the GPU gets is sanitizer-clean.
-        o, final, _ = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                          output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                                          chunk_size=chunk_size, write_strength=write_strength,
-                                          fuse_output=True)
-        if final is None:  # the custom op's schema returns a tensor: empty, as the fake says
-            final = empty((0,), dtype=torch.float32, device=v.device)
-        return o, final
-    return gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
-                                   cu_seqlens, scale, chunk_size)
+        o, final, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                              output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                                              chunk_size=chunk_size, write_strength=write_strength,
+                                              fuse_output=True)
+        # the custom op's schema returns tensors: empty where there is none, as the fake says
+        return o, (final if final is not None else no_tensor()), saved["T"], saved["G"]
+    o, final = gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
+                                       cu_seqlens, scale, chunk_size)
+    return o, final, no_tensor(), no_tensor()
 
 
 def _prefill_forward_fake(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
                           chunk_size):
     n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     shape = (n, v.shape[2], v.shape[3], q.shape[3]) if output_final_state else (0,)
-    return v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32)
+    if q.dtype == torch.float32:
+        return (v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32), v.new_empty((0,), dtype=torch.float32),
+                v.new_empty((0,), dtype=torch.float32))
+    return (v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32),
+            v.new_empty((*v.shape[:3], kernel_chunk(chunk_size))), v.new_empty(v.shape[:3], dtype=torch.float32))
 
 
 def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, write_strength: torch.Tensor | None,
                       initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None, scale: float,
-                      chunk_size: int, need_dh0: bool) -> list[torch.Tensor]:
+                      chunk_size: int, need_dh0: bool, chunk_T: torch.Tensor | None,
+                      chunk_G: torch.Tensor | None) -> list[torch.Tensor]:
     """``[dq, dk, dv, dg, dbeta]`` + ``[dw]`` (with write_strength) + ``[dh0]`` (when ``need_dh0``).
 
     16-bit inputs (the chunk-parallel forward's): the chunk-parallel backward (``prefill_bwd_chunked.py``:
@@ -101,15 +114,18 @@ def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tenso
     passes at K = V = 128 (dense, tails, varlen, grouped heads, saturated gates) but its dk/dg are wrong
     (relative L2 0.42 / 0.22) at K = 16, V = 32, a cause not found yet; small heads keep the sequential
     backward there. The interpreter (CI) always runs the chunk-parallel one, which is correct there at
-    every size."""
+    every size. ``chunk_T``/``chunk_G``: the forward's chunk inverses and log2 decays (or None/empty), which
+    spare the chunk-parallel backward their recompute."""
     K, V = q.shape[-1], v.shape[-1]
-    chunked = q.dtype != torch.float32 and (interpreter_active() or min(K, V) >= 64)
-    bwd = gated_delta_prefill_bwd_chunked if chunked else gated_delta_prefill_bwd
-    return bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size, need_dh0)
+    args = (do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size, need_dh0)
+    if q.dtype == torch.float32 or not (interpreter_active() or min(K, V) >= 64):
+        return gated_delta_prefill_bwd(*args)
+    saved = chunk_T is not None and chunk_G is not None and chunk_T.numel() > 0
+    return gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None)
 
 
 def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size,
-                           need_dh0):
+                           need_dh0, chunk_T, chunk_G):
     out = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
            beta.new_empty(beta.shape)]
     if write_strength is not None:
@@ -121,9 +137,12 @@ def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_st
 
 def _prefill_setup(ctx, inputs, output) -> None:
     q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale, chunk_size = inputs
-    # the inputs only: the backward recomputes the chunk-start states (one extra scan) instead of the
-    # forward storing them (no per-chunk state in memory between the passes)
-    ctx.save_for_backward(q, k, v, g, beta, write_strength, initial_state, cu_seqlens)
+    # the inputs and the chunk inverses (T, G: [B, T, H_v, C + 1], half of v's bytes at C = 64, V = 128):
+    # the backward recomputes the chunk-start states (one extra scan) instead of the forward storing them
+    # (no per-chunk state in memory between the passes)
+    _, _, chunk_T, chunk_G = output
+    ctx.mark_non_differentiable(chunk_T, chunk_G)
+    ctx.save_for_backward(q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G)
     ctx.scale, ctx.chunk_size, ctx.output_final_state = scale, chunk_size, output_final_state
     ctx.set_materialize_grads(False)
 
@@ -131,17 +150,17 @@ def _prefill_setup(ctx, inputs, output) -> None:
 def _prefill_input_grads(ctx, grads: tuple, backward) -> tuple:
     """Gradients for ``(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
     scale, chunk_size)``."""
-    do, dht = grads
+    do, dht = grads[:2]  # the last two outputs (T, G) are not differentiable
     if not ctx.output_final_state:
         dht = None
     if do is None and dht is None:
         return (None,) * 11
-    q, k, v, g, beta, write_strength, initial_state, cu_seqlens = ctx.saved_tensors
+    q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(v)
     need_dh0 = initial_state is not None and ctx.needs_input_grad[6]
     out = list(backward(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, ctx.scale,
-                        ctx.chunk_size, need_dh0))
+                        ctx.chunk_size, need_dh0, chunk_T, chunk_G))
     dq, dk, dv, dg, dbeta = out[:5]
     dw = out[5] if write_strength is not None else None
     dh0 = out[-1] if need_dh0 else None
@@ -332,19 +351,20 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             (``cu_seqlens[0] = 0``, ``cu_seqlens[-1] = T``: not checked on the host, which would sync);
             the state restarts at each sequence.
         scale: output scale, default ``K ** -0.5``.
-        chunk_size: 16, 32 or 64 tokens per chunk (default 64): the largest chunk the kernel may use. The
-            chunk is a blocking choice (every size computes the same recurrence, up to rounding); on the GPU
-            the kernel currently runs at most 32-token chunks (16 for fp32), which fit its registers.
+        chunk_size: 16, 32 or 64 tokens per chunk (default 64). The chunk is a blocking choice (every size
+            computes the same recurrence, up to rounding): on the GPU the 16-bit kernels always run
+            64-token chunks (the sequential fp32 path 16); the interpreter runs the requested one.
         write_strength: ``[B, T, H_v]`` a separate write strength; ``beta`` when None.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]`` float32,
         or None without ``output_final_state``. Differentiable in q, k, v, g, beta, write_strength and
-        initial_state (also through final_state), deterministically (no atomics). The backward recomputes
-        the forward's chunk quantities, then — 16-bit inputs with K, V ≥ 64 (and everything under the
-        interpreter) — runs a reverse state-gradient scan and two chunk-parallel kernels
-        (``prefill_bwd_chunked.py``); fp32 inputs and small heads on the GPU take the sequential reverse
-        walk of ``prefill_bwd.py`` (slower: 21 ms against 5 ms at B8 T4096 H16 on the H100).
+        initial_state (also through final_state), deterministically (no atomics). The forward keeps its
+        chunk inverses for the backward (``[B, T, H_v, 64]`` in v's dtype plus ``[B, T, H_v]`` fp32); the
+        backward recomputes the chunk-start states (one scan), then — 16-bit inputs with K, V ≥ 64 (and
+        everything under the interpreter) — runs a reverse state-gradient scan and two chunk-parallel
+        kernels (``prefill_bwd_chunked.py``); fp32 inputs and small heads on the GPU take the sequential
+        reverse walk of ``prefill_bwd.py`` (much slower: 21 ms against 2–5 ms at B8 T4096 H16 on the H100).
 
     Example::
 
@@ -376,6 +396,6 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         raise ValueError(f"chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
     scale = _scale(scale, K)
     output_final_state = bool(output_final_state)
-    o, final = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
-                        chunk_size)
+    o, final, _, _ = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
+                              scale, chunk_size)
     return o, (final if output_final_state else None)

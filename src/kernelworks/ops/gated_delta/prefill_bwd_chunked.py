@@ -270,7 +270,7 @@ def _dqkwg_kernel(
     states at hs/dh row ``b·NT + i``; varlen (B = 1): slot i covers ``[cs[i], min(cs[i] + C, ce[i]))``,
     states at row i. vn = U and du ``[B, T, H_v, V]`` (input dtype), hs/dh ``[n_slots, H_v, V, K]`` fp32
     or the input dtype (then one 16-bit operand each, no split). Outputs ``[B, T, H_v, ·]`` contiguous:
-    dq (its pointer's dtype), dk fp32, dW (input dtype), dG fp32 ``[K_SPLIT, B, T, H_v]``.
+    dq and dk (their pointers' dtypes), dW (input dtype), dG fp32 ``[K_SPLIT, B, T, H_v]``.
     """
     i_c, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN, K_SPLIT)
     if n <= 0:  # a varlen slot past the last chunk
@@ -330,7 +330,7 @@ def _dqkwg_kernel(
     tl.store(p_dq + o_c[:, None] * (H_V * K) + o_k[None, :], b_dq.to(p_dq.dtype.element_ty), mask=m_tk)
     b_e = tl.exp2(b_GC - b_G)
     b_dk = tl.dot(tl.trans(b_dpm), b_q, b_dkh * b_e[:, None], input_precision=DOT_PRECISION)
-    tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], b_dk, mask=m_tk)
+    tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], b_dk.to(p_dk.dtype.element_ty), mask=m_tk)
 
     # dG: P = Q Kᵀ ⊙ M recomputed (fp32; with K_SPLIT, this program's columns' part of it) for dP ⊙ P
     b_P = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION) * b_M
@@ -366,7 +366,7 @@ def _wy_bwd_kernel(
     LOAD_T: T = (I + A)⁻¹ as the forward stored it (``T [B, T, H_v, C]``, row t of its chunk's T, input
     dtype); otherwise recomputed from A (``_ut_inverse_blocked``) and rounded to the operand dtype as the
     forward rounds it. Grid ``(n_chunks, H_v, B)``, chunks addressed as in ``_dqkwg_kernel``. k ``[B, T,
-    H_qk, K]``, v ``[B, T, H_v, V]``, beta/w ``[B, T, H_v]`` (strides given); G, du, dW, dk1 (fp32), dG1
+    H_qk, K]``, v ``[B, T, H_v, V]``, beta/w ``[B, T, H_v]`` (strides given); G, du, dW, dk1 (fp32 or 16-bit), dG1
     (fp32: DG_PARTS parts, ``s_dg_part`` apart, summed here) the earlier kernels' ``[B, T, H_v, ·]``;
     outputs contiguous ``[B, T, H_v, ·]`` in their pointers' dtypes (dk may alias dk1: each tile is read
     before it is written, by the same program).
@@ -436,7 +436,7 @@ def _wy_bwd_kernel(
     # A_sr = β_s (k_s·k_r) 2^{G_s−G_r}: d(k_s·k_r) = dA_sr β_s 2^{G_s−G_r} =: Z_sr → dK += Z K + Zᵀ K
     # (the phases are ordered so that at most one [C, K] fp32 tile is live besides dk)
     b_Z = (b_dA * _decay_lower(b_G, m_lower) * b_beta[:, None]).to(DT)
-    b_dk = tl.load(p_dk1 + o_c[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0)
+    b_dk = tl.load(p_dk1 + o_c[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
     b_dk = tl.dot(b_Z, b_k, b_dk, input_precision=DOT_PRECISION)
     b_dk = tl.dot(tl.trans(b_Z), b_k, b_dk, input_precision=DOT_PRECISION)
     b_dY = tl.dot(b_Tt, b_dW, input_precision=DOT_PRECISION)
@@ -483,6 +483,7 @@ class _Plan(NamedTuple):
     states_16bit: bool = False  # chunk-start states and dS_C stored in the input dtype (no hi + lo split)
     split_state: bool = True    # the scan's fp32 dS as a 16-bit operand split hi + lo
     w_from_t: bool = False      # recompute without W (U formed from T in the scan), Wᵀ dU from T
+    dk_16bit: bool = False      # the dq/dk kernel's part of dk stored in the input dtype, not fp32
 
 
 @cached_plan
@@ -502,20 +503,25 @@ def _plan(K: int, V: int) -> _Plan:
     block_v = min(next_pow2(max(V, 16)), 32)
     if interpreter_active():
         return _Plan(block_k, block_v, block_v, 1, 1, 1, 1, 1, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1,
-                     states_16bit=True, split_state=False, w_from_t=True)
-    return _Plan(block_k, min(next_pow2(max(V, 16)), 64), block_v, 8, 1, 8, 2, 8, 2, "ieee")
+                     states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
+    bv = min(next_pow2(max(V, 16)), 64)
+    return _Plan(block_k, bv, bv, 4, 1, 4, 1, 4, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1, BLOCK_V_DQ=bv,
+                 states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
 
 
 def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                                     v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                                     write_strength: torch.Tensor | None, initial_state: torch.Tensor | None,
                                     cu_seqlens: torch.Tensor | None, scale: float, chunk_size: int,
-                                    need_dh0: bool, reuse_T: bool = True) -> list[torch.Tensor]:
+                                    need_dh0: bool, reuse_T: bool = True,
+                                    inverses: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The chunk-parallel backward (16-bit q/k/v; inputs as the forward's, validated by the caller; ``do``
     the gradient of o, ``dht`` that of the final state or None). Returns ``[dq, dk, dv, dg, dbeta]`` +
     ``[dw]`` when ``write_strength`` is given + ``[dh0]`` (fp32) when ``need_dh0`` — the contract of
     ``prefill_bwd.gated_delta_prefill_bwd``. ``reuse_T``: take ``T = (I + A)⁻¹`` from the forward's
-    intermediates when it provides them (else, or with False, the WY kernel recomputes T from A)."""
+    intermediates when it provides them (else, or with False, the WY kernel recomputes T from A).
+    ``inverses``: the forward's ``(T, G)`` (``saved["T"]``, ``saved["G"]`` of ``chunked_prefill_fwd`` on the
+    same inputs), which spares the recompute its chunk-inverse kernel."""
     B, T, H_qk, K = q.shape
     H_v, V = v.shape[2], v.shape[3]
     ratio = H_v // H_qk
@@ -528,7 +534,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                       output_final_state=False, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
                                       write_strength=write_strength, fuse_output=False, need_output=False,
-                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt)
+                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt, inverses=inverses)
     chunk, G, W, Tm, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["T"], saved["h"], saved["v_new"]
     if cu_seqlens is None:
         nt = cdiv(T, chunk)
@@ -563,7 +569,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     grid = (slots_per_row, H_v, B)
     n_split = plan.K_SPLIT
     dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
-    dk = empty((B, T, H_v, K), dtype=torch.float32, device=dev)
+    dk = empty((B, T, H_v, K), dtype=dt if plan.dk_16bit else torch.float32, device=dev)
     dW = empty((B, T, H_v, K), dtype=dt, device=dev)
     dG = empty((n_split, B, T, H_v), dtype=torch.float32, device=dev)
     launch(_dqkwg_kernel, (slots_per_row * n_split, H_v, B),
@@ -577,7 +583,9 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
 
     # 3. the WY backward: dv, dw, dβ, the rest of dk, dg
     w = write_strength if write_strength is not None else beta
-    dk_out = dk if ratio > 1 or k.dtype == torch.float32 else empty((B, T, H_v, K), dtype=k.dtype, device=dev)
+    # dk: fp32 per value head when grouped heads are summed after; the WY kernel may write over its input
+    dk_dt = torch.float32 if ratio > 1 else k.dtype
+    dk_out = dk if dk.dtype == dk_dt else empty((B, T, H_v, K), dtype=dk_dt, device=dev)
     dv = empty((B, T, H_v, V), dtype=dt, device=dev)
     dg = empty((B, T, H_v), dtype=g.dtype, device=dev)
     dbeta = empty((B, T, H_v), dtype=beta.dtype, device=dev)

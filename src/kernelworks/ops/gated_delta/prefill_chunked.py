@@ -538,6 +538,12 @@ same recurrence up to rounding): K1's four diagonal blocks are then 16 rows, the
 tile, and K2/K3's products are 64-row tiles."""
 
 
+def kernel_chunk(chunk_size: int) -> int:
+    """The chunk the kernels run for a requested ``chunk_size`` (16-bit inputs): the interpreter takes the
+    request, the GPU always :data:`GPU_CHUNK` — the last dim of the saved inverses ``T``."""
+    return chunk_size if interpreter_active() else GPU_CHUNK
+
+
 class _Plan(NamedTuple):
     CHUNK: int
     BLOCK_K: int
@@ -640,6 +646,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         write_strength: torch.Tensor | None = None, fuse_output: bool = True,
                         store_states: bool = False, need_output: bool = True, wy_in_scan: bool = False,
                         states_dtype: torch.dtype | None = None,
+                        inverses: tuple[torch.Tensor, torch.Tensor] | None = None,
                         ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
     """The chunk-parallel forward (inputs validated by the caller, as for ``gated_delta_prefill_fwd``).
 
@@ -657,6 +664,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             ``U_tilde`` are then None).
         states_dtype: the dtype of the stored chunk-start states (``saved["h"]``); default fp32, or the
             input dtype where only K3 reads them (the plan's ``hs_16bit``).
+        inverses: ``(T, G)`` as an earlier call on the same inputs saved them (``saved["T"]``,
+            ``saved["G"]``): K1a is then skipped (a backward reusing its forward's chunk inverses).
 
     Returns:
         ``(o, final_state, saved)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]``
@@ -691,16 +700,22 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         cu, coff_arg = cu_seqlens, coff
         slots_per_row = n_slots
 
-    G = empty((B, T, H_v), dtype=torch.float32, device=dev)
-    Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
-    launch(_chunk_inverse_kernel, (slots_per_row, H_v, B),
-           k, g, beta, cs, ce, G, Tm,
-           k.stride(0), k.stride(1), k.stride(2), g.stride(0), g.stride(1), g.stride(2),
-           beta.stride(0), beta.stride(1), beta.stride(2),
-           T, H_v // H_qk,
-           num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
-           IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision,
-           INV_PRECISION=plan.inv_precision)
+    if inverses is not None:
+        Tm, G = inverses
+        if Tm.shape != (B, T, H_v, chunk) or G.shape != (B, T, H_v):
+            raise ValueError(f"inverses: expected T {(B, T, H_v, chunk)} and G {(B, T, H_v)}, got "
+                             f"{tuple(Tm.shape)} and {tuple(G.shape)}")
+    else:
+        G = empty((B, T, H_v), dtype=torch.float32, device=dev)
+        Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
+        launch(_chunk_inverse_kernel, (slots_per_row, H_v, B),
+               k, g, beta, cs, ce, G, Tm,
+               k.stride(0), k.stride(1), k.stride(2), g.stride(0), g.stride(1), g.stride(2),
+               beta.stride(0), beta.stride(1), beta.stride(2),
+               T, H_v // H_qk,
+               num_warps=plan.warps_inv, H_V=H_v, K=K, SUB=chunk // 4, BLOCK_K=block_k,
+               IS_VARLEN=cu_seqlens is not None, INV_PRODUCT=plan.inv_product, DOT_PRECISION=precision,
+               INV_PRECISION=plan.inv_precision)
     fuse_wy = bool(fuse_output and plan.fuse_wy) or wy_in_scan
     if fuse_wy:
         W = U = G  # unused pointers: the scan forms W and Ũ from T
