@@ -148,11 +148,11 @@ FORWARD_T = "default + forward T"
 VARIANTS = {  # overrides of the default plan (prefill_bwd_chunked._plan)
     "default": {},
     FORWARD_T: {},  # the public path: the forward's chunk inverses passed in (no chunk-inverse kernel)
-    "previous default (fp32 states, 8 warps)": PREVIOUS,
+    "previous default: fp32 states 8 warps": PREVIOUS,
     "dk fp32": {"dk_16bit": False},
     "scan bv32 s2": {"BLOCK_V_SCAN": 32, "stages_scan": 2},
     "dq bv32 s2": {"BLOCK_V_DQ": 32, "stages_dqkwg": 2},
-    "dq whole K, 8 warps": {"K_SPLIT": 1, "warps_dqkwg": 8, "BLOCK_V_DQ": 32, "stages_dqkwg": 2},
+    "dq whole K 8 warps": {"K_SPLIT": 1, "warps_dqkwg": 8, "BLOCK_V_DQ": 32, "stages_dqkwg": 2},
     "wy s2": {"stages_wy": 2},
 }
 if args.variants:
