@@ -21,6 +21,7 @@ import triton
 from torch.nn import functional
 
 import kernelworks.ops.gated_delta.prefill_bwd_chunked as pbc
+import kernelworks.ops.gated_delta.prefill_chunked as pc
 from kernelworks.bench.timing import kernel_times_us
 from kernelworks.ops.gated_delta import reference
 from kernelworks.ops.gated_delta.api import gated_delta_prefill
@@ -135,16 +136,19 @@ for tag, (B, T, hq, hv, lens, write) in REFS.items():
 print(f"[references took {time.time() - t_start:.0f}s]", flush=True)
 
 # ------------------------------------------------------------------------------ 2. timed shapes, variants
-SHAPES = {
-    "B8-T4096-H16": (8, 4096, None),
-    "varlen8-32k-H16": (1, 32768, (1000, 7000, 3000, 5000, 2000, 6000, 4000, 4768)),
+SHAPES = {  # (B, T, sequence lengths, with initial state + final-state gradient)
+    "B8-T4096-H16": (8, 4096, None, False),
+    "varlen8-32k-H16": (1, 32768, (1000, 7000, 3000, 5000, 2000, 6000, 4000, 4768), False),
+    "B8-T4096-H16-h0-dht": (8, 4096, None, True),  # d initial_state stored too (the scan's 4 warps spill)
 }
 if args.smoke:
-    SHAPES = {"smoke-B2-T40-H16": (2, 40, None), "smoke-varlen": (1, 50, (20, 1, 29))}
+    SHAPES = {"smoke-B2-T40-H16": (2, 40, None, False), "smoke-varlen": (1, 50, (20, 1, 29), False),
+              "smoke-h0-dht": (2, 40, None, True)}
 PREVIOUS = {"BLOCK_V_SCAN": 64, "BLOCK_V_CHUNK": 32, "warps_scan": 8, "stages_scan": 1, "warps_dqkwg": 8,
             "stages_dqkwg": 2, "warps_wy": 8, "stages_wy": 2, "K_SPLIT": 1, "BLOCK_V_DQ": 0, "states_16bit": False,
             "split_state": True, "w_from_t": False, "dk_16bit": False}
 FORWARD_T = "default + forward T"
+RECOMPUTE = "recompute"  # a variant's key for overrides of the forward plan its recompute runs
 VARIANTS = {  # overrides of the default plan (prefill_bwd_chunked._plan)
     "default": {},
     FORWARD_T: {},  # the public path: the forward's chunk inverses passed in (no chunk-inverse kernel)
@@ -154,29 +158,40 @@ VARIANTS = {  # overrides of the default plan (prefill_bwd_chunked._plan)
     "dq bv32 s2": {"BLOCK_V_DQ": 32, "stages_dqkwg": 2},
     "dq whole K 8 warps": {"K_SPLIT": 1, "warps_dqkwg": 8, "BLOCK_V_DQ": 32, "stages_dqkwg": 2},
     "wy s2": {"stages_wy": 2},
+    "scan s2": {"stages_scan": 2},
+    "recompute bv32": {RECOMPUTE: {"BLOCK_V": 32}},
+    "recompute s3": {RECOMPUTE: {"stages_scan": 3}},
 }
 if args.variants:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in args.variants.split(",")}
 timed = {}
-for tag, (B, T, lens) in SHAPES.items():
-    x = inputs(B, T, 16, 16, D, D, seed=2)
+for tag, (B, T, lens, states) in SHAPES.items():
+    n = len(lens) if lens else B
+    x = inputs(B, T, 16, 16, D, D, seed=2, n_h0=n if states else 0)
     do = torch.randn(B, T, 16, D, device=dev).to(BF)
+    dht = torch.randn(n, 16, D, D, device=dev) if states else None
     cu = cu_of(lens)
     with torch.no_grad():
-        t_fwd = bench(functools.partial(gated_delta_prefill, x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu))
-    _, _, saved = chunked_prefill_fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=D ** -0.5, initial_state=None,
-                                      output_final_state=False, cu_seqlens=cu, chunk_size=16 if args.smoke else 64)
-    timed[tag] = (x, do, cu, t_fwd, (saved["T"], saved["G"]))
+        t_fwd = bench(functools.partial(gated_delta_prefill, x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu,
+                                        initial_state=x["initial_state"], output_final_state=states))
+    _, _, saved = chunked_prefill_fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=D ** -0.5,
+                                      initial_state=x["initial_state"], output_final_state=False, cu_seqlens=cu,
+                                      chunk_size=16 if args.smoke else 64)
+    timed[tag] = (x, do, dht, cu, t_fwd, (saved["T"], saved["G"]))
     del saved
     results["shapes"][tag] = {"fwd_ms": t_fwd}
     if args.old:
         results["shapes"][tag]["sequential_bwd_ms"] = bench(
-            functools.partial(bwd, gated_delta_prefill_bwd, x, do, None, cu, D ** -0.5), rep=300)
+            functools.partial(bwd, gated_delta_prefill_bwd, x, do, dht, cu, D ** -0.5), rep=300)
 
-orig_plan = pbc._plan
+orig_plan, orig_fwd_plan = pbc._plan, pc._plan
 table = []
 for name, over in VARIANTS.items():
-    pbc._plan = lambda K, V, over=over: orig_plan(K, V)._replace(**over)
+    mine = {k: v for k, v in over.items() if k != RECOMPUTE}
+    pbc._plan = lambda K, V, mine=mine: orig_plan(K, V)._replace(**mine)
+    fwd_over = over.get(RECOMPUTE, {})
+    pc._plan = lambda c, K, V, fp32, fused, o=fwd_over: orig_fwd_plan(c, K, V, fp32, fused)._replace(
+        **({} if fused else o))
     row = {"overrides": over}
     try:
         worst = 0.0
@@ -184,9 +199,9 @@ for name, over in VARIANTS.items():
             got = bwd(pbc.gated_delta_prefill_bwd_chunked, x, do, dht, cu, D ** -0.5)
             worst = max(worst, *check(f"{name} | {tag}", grad_names(x), got, want, 2e-2))
         row["worst_rel_l2"] = worst
-        for tag, (x, do, cu, t_fwd, inverses) in timed.items():
+        for tag, (x, do, dht, cu, t_fwd, inverses) in timed.items():
             extra = {"inverses": inverses} if name == FORWARD_T else {}
-            run = functools.partial(bwd, pbc.gated_delta_prefill_bwd_chunked, x, do, None, cu, D ** -0.5, **extra)
+            run = functools.partial(bwd, pbc.gated_delta_prefill_bwd_chunked, x, do, dht, cu, D ** -0.5, **extra)
             t = bench(run)
             per = prof(run)
             row[tag] = {"ms": t, "over_fwd": t / t_fwd, "kernels_us": per}
@@ -199,15 +214,15 @@ for name, over in VARIANTS.items():
         fails.append(line)
         row["error"] = repr(e)[:300]
     finally:
-        pbc._plan = orig_plan
+        pbc._plan, pc._plan = orig_plan, orig_fwd_plan
     results["variants"][name] = row
 
 results["fails"] = fails
 with open(args.out, "w") as f:
     json.dump(results, f, indent=1, default=str)
-fwd_cols = "  ".join(f"{tag} fwd {v[3]:.3f} ms" for tag, v in timed.items())
+fwd_cols = "  ".join(f"{tag} fwd {v[4]:.3f} ms" for tag, v in timed.items())
 print(f"\nbackward variants (ms; {fwd_cols})")
 print(f"{'variant':40s} {'worst err':>9s} " + " ".join(f"{tag:>16s}" for tag in timed))
 for name, worst, *ts in table:
-    print(f"{name:40s} {worst:9.2e} " + " ".join(f"{t:9.3f} ({t / v[3]:4.2f}x)" for t, v in zip(ts, timed.values())))
+    print(f"{name:40s} {worst:9.2e} " + " ".join(f"{t:9.3f} ({t / v[4]:4.2f}x)" for t, v in zip(ts, timed.values())))
 print(f"{len(fails)} FAIL line(s)" if fails else "all checks ok")
