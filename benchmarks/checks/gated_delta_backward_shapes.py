@@ -5,7 +5,8 @@ backward, relative L2 per gradient, over head sizes, lengths, dtypes and plan va
     compute-sanitizer --tool memcheck python benchmarks/checks/gated_delta_backward_shapes.py --only sanitize
 
 H100 (2026-11-21, results/h100-80gb-hbm3/sweeps/gdn_bwd_shapes.txt): wrong dk/dg with a 32-row scan block
-whenever K ≠ 32 (K 16 V 32; K = V = 128 forced to 32 rows), right at every other size; memcheck clean.
+whenever K ≠ 32 (K 16 V 32; K = V = 128 forced to 32 rows), right at every other size; memcheck clean. That
+was the 8-warp plan; the 4-warp plan of 2026-11-22: ``gdn_bwd_shapes-2.txt``.
 """
 import argparse
 import json
@@ -58,7 +59,8 @@ for K, V in [(16, 32), (32, 32), (16, 16), (64, 64), (128, 128), (64, 128), (128
         run(2, T, 1, 2, K, V, torch.float16)
 run(2, 40, 1, 2, 16, 32, torch.bfloat16)
 run(1, 40, 1, 1, 16, 32, torch.float16)
-for over in ({"BLOCK_V_SCAN": 32}, {"BLOCK_V_CHUNK": 16}, {"warps_scan": 4}, {"warps_dqkwg": 4, "warps_wy": 4}):
+for over in ({"BLOCK_V_SCAN": 32}, {"stages_scan": 1}, {"warps_scan": 8, "stages_scan": 1},
+             {"K_SPLIT": 1, "warps_dqkwg": 8}):
     run(2, 40, 1, 2, 16, 32, torch.float16, over)
     run(1, 200, 1, 2, 128, 128, torch.bfloat16, over)
 if args.out:

@@ -180,28 +180,32 @@ def _capture(B, T, hq, hv, K, V, dtype, *, varlen=False, h0=False, final=False, 
     return launches
 
 
-SPILL_BOUND_WITH_DH0 = 256
-"""B/thread the 4-warp kernels may spill when d initial_state is stored too (the scan's one extra store
-after its loop tips it past 255 registers: 176–192 B on sm_90, triton 3.6); the benchmark shape spills 0."""
+SCAN_SPILL_BOUND = 128
+"""B/thread the dS scan may spill on sm_90 (triton 3.6): its 2-stage build spills 96–112 B and still beats
+the spill-free 1-stage one on the H100 (462 against 505 µs at the benchmark shape)."""
+OPTIONS_SPILL_BOUND = 64
+"""B/thread the chunk kernels may spill with every option on (varlen + h0 + dht + write, grouped heads:
+8–40 B); 0 at the benchmark shape."""
 
 
 @pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "varlen-t300-h0-final-write-fp16"])
 def test_compiles_for_sm90_without_spills(shape):
     """K = V = 128: the three backward kernels (the forward's recompute kernels are the forward tests'
-    business) use wgmma and fit in registers at the benchmark shape (with every option on: within
-    :data:`SPILL_BOUND_WITH_DH0`)."""
+    business) use wgmma and fit in registers (the scan within :data:`SCAN_SPILL_BOUND`; the chunk kernels
+    spill nothing at the benchmark shape, within :data:`OPTIONS_SPILL_BOUND` with every option on)."""
     from kernelworks.inspect import inspect_launch
 
     if shape.startswith("b8"):
         launches, bound = _capture(8, 4096, 16, 16, 128, 128, BF16), 0
     else:
         launches = _capture(1, 300, 4, 8, 128, 128, F16, varlen=True, h0=True, final=True, write=True)
-        bound = SPILL_BOUND_WITH_DH0
+        bound = OPTIONS_SPILL_BOUND
     mine = [launch for launch in launches if launch.name in ("_dh_scan_kernel", "_dqkwg_kernel", "_wy_bwd_kernel")]
     assert [launch.name for launch in mine] == ["_dh_scan_kernel", "_dqkwg_kernel", "_wy_bwd_kernel"]
     for launch in mine:
         r = inspect_launch(launch, "sm_90")
-        assert r.spill_bytes <= bound, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
+        limit = SCAN_SPILL_BOUND if launch.name == "_dh_scan_kernel" else bound
+        assert r.spill_bytes <= limit, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
         assert r.mix.count("HGMMA") > 0, f"{r.name}: no wgmma in the SASS ({r.mix.summary()})"
 
 

@@ -7,24 +7,29 @@ Notation per chunk of C tokens: ``G`` the chunk-local cumulative log-decay in LO
 ``Y = βγ ⊙ K``, ``W = T Y``, ``U = T X − W S₀ᵀ``, ``K̂ = 2^{G_C−G} ⊙ K``, ``P = Q Kᵀ ⊙ M`` (M the causal
 decay mask ``2^{G_t−G_s}``, t ≥ s), ``O = scale (γ ⊙ Q S₀ᵀ + P U)``, ``S_C = γ_C S₀ + Uᵀ K̂``.
 
-0. The forward's own kernels (``chunked_prefill_fwd(fuse_output=False, need_output=False)``) recompute
-   G, T, W, the chunk-start states ``S₀`` (fp32) and U (``v_new``).
+0. The forward's own kernels recompute the chunk-start states ``S₀`` and U (``v_new``), both in the input
+   dtype (``chunked_prefill_fwd(need_output=False, wy_in_scan=True)``: U formed from T in the scan, no W);
+   T and G are the forward's own when the caller passes them (``inverses``; the public op does), else
+   recomputed too.
 1. ``_dh_scan_kernel`` — grid (V-blocks, H_v, sequences), chunks last → first, ``dS`` (the gradient of
    the state at the current chunk's END) fp32 in registers, held transposed ``[K, BLOCK_V]`` like the
-   forward's state. Per chunk it stores ``dS_C`` and
+   forward's state. Per chunk it stores ``dS_C`` (input dtype) and
        ``dU = scale Pᵀ dO + K̂ dS_Cᵀ``   (stored in the input dtype: every later use is a 16-bit operand)
-       ``dS₀ = γ_C dS_C + scale dOᵀ (γ ⊙ Q) − dUᵀ W``   (the previous chunk's dS_C).
-   No S₀ is read: the scan is 5 dots per chunk, 3 of them on the dependent chain.
-2. ``_dqkwg_kernel`` — grid (chunks, H_v, B), V looped inside (``[C, K]`` fp32 accumulators):
+       ``dS₀ = γ_C dS_C + scale dOᵀ (γ ⊙ Q) − dUᵀ W``, with ``Wᵀ dU = Kᵀ (βγ ⊙ Tᵀ dU)`` (no W).
+   No S₀ is read: the scan is 6 dots per chunk, 3 of them on the dependent chain.
+2. ``_dqkwg_kernel`` — grid (chunks × 2 K-halves, H_v, B), V looped inside (``[C, K/2]`` fp32 accumulators):
        ``dP = scale dO Uᵀ``, ``dQ = (dP ⊙ M) K + scale γ ⊙ (dO S₀)``, ``dK̂ = U dS_C``, ``dW = −dU S₀``,
        the direct dK part ``(dP ⊙ M)ᵀ Q + 2^{G_C−G} ⊙ dK̂`` and the per-token dG shares of P, γ (output),
-       K̂ and ``γ_C S₀`` (the last two to the chunk's last token).
+       K̂ and ``γ_C S₀`` (the last two to the chunk's last token), each K-half's part of dG apart.
 3. ``_wy_bwd_kernel`` — grid (chunks, H_v, B): T as the forward stored it (``saved["T"]``; when absent,
    recomputed from A: 16-row diagonal blocks by the product form, merged with fp32 dots, assembled into
    one ``[C, C]`` tile — that variant spills on sm_90), then over V ``dT = dU Xᵀ``, ``dX = Tᵀ dU``
    (→ dv = w ⊙ dX, dw = Σ dX ⊙ v), and over K ``dT += dW Yᵀ``, ``dY = Tᵀ dW``; ``dA = −Tᵀ dT Tᵀ``
-   (strictly lower), and through A, Y: dk (plus step 2's part), dβ, dG (plus step 2's); finally
+   (strictly lower), and through A, Y: dk (plus step 2's part), dβ, dG (plus step 2's parts); finally
    ``dg = reverse-cumsum(dG)`` within the chunk.
+
+H100, B8 T4096 H16 K = V = 128 bf16: 2.03 ms with the forward's T (recompute 0.29, scan 0.46–0.51, dq/dk
+0.77, WY 0.46 ms), 4.0× the forward; ``_plan`` has the sweep behind each choice.
 
 Deterministic (no atomics). Gradients of the q/k heads shared by several value heads are summed on the
 host (fp32 per value head, then a ``sum``), as in ``prefill_bwd.py``.
@@ -488,16 +493,27 @@ class _Plan(NamedTuple):
 
 @cached_plan
 def _plan(K: int, V: int) -> _Plan:
-    """Tiles, warps, stages (16-bit inputs; the chunk is the forward's: 64 on the GPU), from AOT compiles
-    for sm_90 at K = V = 128 (B8 T4096 H16 bf16 and T300 varlen + h0 + dht + write fp16; all 0 spills,
-    every product a wgmma; docs/notes/gated_delta.md, "Backward"):
+    """Tiles, warps, stages (16-bit inputs; the chunk is the forward's: 64 on the GPU). From the backward
+    sweep on the H100 (``benchmarks/sweeps/gated_delta_backward.py``, ``results/h100-80gb-hbm3/sweeps/
+    gated_delta_backward*.json``; B8 T4096 H16 K = V = 128 bf16, per-kernel times, every variant checked
+    against the float64 recurrence) and AOT compiles for sm_90:
 
-    - scan: 64-row V blocks, 8 warps, 1 stage (255 registers; 2 stages spill 88–128 B; 128-row blocks
-      spill ~480 B). 64 rather than 32 rows: the scan is latency-bound, so half the programs (256 at
-      B8 H16, ~2 waves at 1 CTA/SM) is ~half the time at the same per-chunk latency — to be measured
-      (32 rows at 8 warps/1 stage and at 4 warps/2 stages also compile without spills).
-    - chunk kernels: whole K, V looped in 32-row blocks, 8 warps, 2 stages (the next V block's loads in
-      flight; 251–255 registers). 64-row blocks spill 160 B in ``_dqkwg_kernel``.
+    - chunk-start states and dS_C in the input dtype (``states_16bit``, as fla keeps h and dh): half the
+      bytes of the recompute's stores, the scan's stores and the dq/dk kernel's loads, and one dot per
+      product instead of a hi + lo pair — the whole backward 4.75 → 3.50 ms, gradients' worst relative L2
+      against float64 3.7e-3 → 3.8e-3 (bar 2e-2).
+    - no W (``w_from_t``): the recompute forms U from T in its scan (no W/Ũ kernel: −209 µs) and the dS scan
+      takes ``Wᵀ dU = Kᵀ(βγ ⊙ Tᵀ dU)`` (+37 µs there).
+    - scan: 64-row V blocks at 4 warps (256 programs fit one wave at 2 per SM): 494 µs against 883 µs at 8
+      warps; 2 stages 462 µs against 505 at 1, although its build spills ~100 B/thread (the 1-stage one
+      none at the bench shape, 176–192 B when d initial_state is stored); 32-row blocks 561–569 µs.
+    - dq/dk kernel: K split over two programs (``K_SPLIT``; 4 warps, 128-column accumulators halved) —
+      770 µs against 1091 µs for whole K at 8 warps; 64-row V blocks, 1 stage (855 µs at 32 rows, 2 stages).
+    - WY kernel: 4 warps, 64-row V blocks, 1 stage: 463 µs against 1003 µs at 8 warps (2 stages 484).
+    - dk's part from the dq/dk kernel stored 16-bit (``dk_16bit``): −100 µs (its final value is rounded
+      to the input dtype anyway; worst gradient error 3.7e-3 → 4.0e-3).
+    Together 2.18 ms (2.03 ms with the forward's T passed in, the public path) against 4.77 ms for the
+    previous plan (fp32 states, 8 warps, W) in the same run.
     The interpreter takes one warp, and the GPU plan's structure (16-bit states, K split in two, no W)."""
     block_k = next_pow2(max(K, 16))
     block_v = min(next_pow2(max(V, 16)), 32)
@@ -505,7 +521,7 @@ def _plan(K: int, V: int) -> _Plan:
         return _Plan(block_k, block_v, block_v, 1, 1, 1, 1, 1, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1,
                      states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
     bv = min(next_pow2(max(V, 16)), 64)
-    return _Plan(block_k, bv, bv, 4, 1, 4, 1, 4, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1, BLOCK_V_DQ=bv,
+    return _Plan(block_k, bv, bv, 4, 2, 4, 1, 4, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1, BLOCK_V_DQ=bv,
                  states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
 
 
