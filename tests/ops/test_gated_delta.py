@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_gated_delta_bwd_chunked import OPTIONS_SPILL_BOUND, SCAN_SPILL_BOUND  # same folder: one set of bounds
 from torch.nn import functional
 
 from kernelworks.ops.gated_delta import DECODE_SPEC, PREFILL_SPEC, reference
@@ -457,8 +458,9 @@ def test_compiles_for_sm90_without_spills(spec, case):
 
 
 BWD_SPILL_BUDGET = 320
-"""B/thread the backward kernel may spill on sm_90 (documented in docs/notes/gated_delta.md: 232 B at the
-bench shape, 256 with h0 + final state, 320 for fp32 inputs, at 255 registers); the state kernel spills none."""
+"""B/thread the sequential (fp32) backward kernel may spill on sm_90 (documented in docs/notes/gated_delta.md:
+232 B at the bench shape, 256 with h0 + final state, 320 for fp32 inputs, at 255 registers); its state
+kernel spills none. The chunk-parallel backward's bounds are test_gated_delta_bwd_chunked's."""
 
 
 @pytest.mark.parametrize("case", ["b8-t4096-h16", "b2-t300-h0", "b1-t257-h0"])
@@ -470,8 +472,9 @@ def test_backward_compiles_for_sm90(case):
     # fp32 inputs: prefill_bwd.py's kernels; 16-bit: the chunk-parallel backward (prefill_bwd_chunked.py)
     assert ({"_chunk_states_kernel", "_gated_delta_prefill_bwd_kernel"} <= names
             or {"_dh_scan_kernel", "_dqkwg_kernel", "_wy_bwd_kernel"} <= names), names
+    budgets = {"_gated_delta_prefill_bwd_kernel": BWD_SPILL_BUDGET, "_dh_scan_kernel": SCAN_SPILL_BOUND}
     for r in reports:
-        budget = BWD_SPILL_BUDGET if r.name == "_gated_delta_prefill_bwd_kernel" else 0
+        budget = budgets.get(r.name, 0 if case == "b8-t4096-h16" else OPTIONS_SPILL_BOUND)
         assert r.spill_bytes <= budget, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
         assert r.uses_dot, f"{r.name}: the chunk products must use tensor cores"
 
