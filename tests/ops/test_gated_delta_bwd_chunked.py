@@ -214,23 +214,26 @@ def test_compiles_for_sm90_without_spills(shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("varlen", [False, True])
-def test_gpu_bf16_against_fp32_reference_and_sequential(varlen):
-    """bf16 at K = V = 128 (GPU chunk 64): every gradient within the issue's bar (rel. L2 ≤ 2e-2) of
-    autograd through the fp32 recurrence, and close to the sequential backward's."""
+@pytest.mark.parametrize(("K", "V"), [(128, 128), (64, 64), (64, 128), (128, 64)])
+def test_gpu_bf16_against_fp32_reference_and_sequential(varlen, K, V):
+    """bf16 at every head size the API sends here on a GPU (``api.GPU_CHECKED_HEADS``; GPU chunk 64):
+    every gradient within the issue's bar (rel. L2 ≤ 2e-2) of autograd through the fp32 recurrence, and
+    close to the sequential backward's (this caught 4-warp dq/dk programs of 32 K columns miscompiled)."""
+    assert {K, V} <= api.GPU_CHECKED_HEADS
     T = 300
     lens = (37, 200, 63) if varlen else None
     B, n = (1, 3) if varlen else (2, 2)
     cu = _cu(lens)
-    x = _inputs(B, T, 2, 4, 128, 128, dtype=BF16, seed=8, write=varlen, n_h0=n)
-    do = torch.randn(B, T, 4, 128, device=DEVICE)
-    dht = torch.randn(n, 4, 128, 128, device=DEVICE)
-    got = _launch(gated_delta_prefill_bwd_chunked, x, do.to(BF16), dht, cu, 128 ** -0.5, 64)
-    old = _launch(gated_delta_prefill_bwd, x, do.to(BF16), dht, cu, 128 ** -0.5, 64)
+    x = _inputs(B, T, 2, 4, K, V, dtype=BF16, seed=8, write=varlen, n_h0=n)
+    do = torch.randn(B, T, 4, V, device=DEVICE)
+    dht = torch.randn(n, 4, V, K, device=DEVICE)
+    got = _launch(gated_delta_prefill_bwd_chunked, x, do.to(BF16), dht, cu, K ** -0.5, 64)
+    old = _launch(gated_delta_prefill_bwd, x, do.to(BF16), dht, cu, K ** -0.5, 64)
     x32 = {nm: (t.float() if t is not None else None) for nm, t in x.items()}
     leaves = {nm: (t.requires_grad_(True) if t is not None else None) for nm, t in x32.items()}
     o, final = reference.gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
                                           initial_state=leaves["initial_state"], output_final_state=True,
-                                          cu_seqlens=cu, scale=128 ** -0.5, write_strength=leaves["write_strength"])
+                                          cu_seqlens=cu, scale=K ** -0.5, write_strength=leaves["write_strength"])
     names = [nm for nm in NAMES if x[nm] is not None]
     want = torch.autograd.grad((o * do).sum() + (final * dht).sum(), [leaves[nm] for nm in names])
     for nm, a, r, b in zip(names, got, want, old):

@@ -98,6 +98,11 @@ def _prefill_forward_fake(q, k, v, g, beta, write_strength, initial_state, outpu
             v.new_empty((*v.shape[:3], kernel_chunk(chunk_size))), v.new_empty(v.shape[:3], dtype=torch.float32))
 
 
+GPU_CHECKED_HEADS = {64, 128}
+"""Head sizes (K and V) whose chunk-parallel backward is checked on the GPU (the GPU tests of
+test_gated_delta_bwd_chunked); others take the sequential backward there."""
+
+
 def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, write_strength: torch.Tensor | None,
                       initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None, scale: float,
@@ -110,15 +115,15 @@ def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tenso
     fp32 inputs keep the sequential reverse-scan kernel of ``prefill_bwd.py`` (the forward's fp32 path is
     the sequential one too; the chunk kernels' fp32 operand tiles would not fit in registers).
 
-    On a GPU the chunk-parallel backward is taken only for K and V ≥ 64: its GPU check (H100, triton 3.6)
-    passes at K = V = 128 (dense, tails, varlen, grouped heads, saturated gates) but its dk/dg are wrong
-    (relative L2 0.42 / 0.22) at K = 16, V = 32, a cause not found yet; small heads keep the sequential
-    backward there. The interpreter (CI) always runs the chunk-parallel one, which is correct there at
-    every size. ``chunk_T``/``chunk_G``: the forward's chunk inverses and log2 decays (or None/empty), which
-    spare the chunk-parallel backward their recompute."""
+    On a GPU the chunk-parallel backward is taken only for the head sizes checked there, K and V in
+    {64, 128} (H100, triton 3.6: dense, tails, varlen, grouped heads, saturated gates): at K = 16, V = 32
+    its dk/dg are wrong on the H100 (a triton miscompile: right in the interpreter; once an illegal
+    address), so other head sizes keep the sequential backward. The interpreter (CI) always runs the
+    chunk-parallel one, which is correct there at every size. ``chunk_T``/``chunk_G``: the forward's chunk
+    inverses and log2 decays (or None/empty), which spare the chunk-parallel backward their recompute."""
     K, V = q.shape[-1], v.shape[-1]
     args = (do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size, need_dh0)
-    if q.dtype == torch.float32 or not (interpreter_active() or min(K, V) >= 64):
+    if q.dtype == torch.float32 or not (interpreter_active() or {K, V} <= GPU_CHECKED_HEADS):
         return gated_delta_prefill_bwd(*args)
     saved = chunk_T is not None and chunk_G is not None and chunk_T.numel() > 0
     return gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None)
@@ -361,10 +366,11 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         or None without ``output_final_state``. Differentiable in q, k, v, g, beta, write_strength and
         initial_state (also through final_state), deterministically (no atomics). The forward keeps its
         chunk inverses for the backward (``[B, T, H_v, 64]`` in v's dtype plus ``[B, T, H_v]`` fp32); the
-        backward recomputes the chunk-start states (one scan), then — 16-bit inputs with K, V ≥ 64 (and
-        everything under the interpreter) — runs a reverse state-gradient scan and two chunk-parallel
-        kernels (``prefill_bwd_chunked.py``); fp32 inputs and small heads on the GPU take the sequential
-        reverse walk of ``prefill_bwd.py`` (much slower: 21 ms against 2–5 ms at B8 T4096 H16 on the H100).
+        backward recomputes the chunk-start states (one scan), then — 16-bit inputs with K, V ∈ {64, 128}
+        (and everything under the interpreter) — runs a reverse state-gradient scan and two chunk-parallel
+        kernels (``prefill_bwd_chunked.py``); fp32 inputs and other head sizes on the GPU take the
+        sequential reverse walk of ``prefill_bwd.py`` (much slower: 21 ms against 2.0 ms at B8 T4096 H16
+        on the H100).
 
     Example::
 

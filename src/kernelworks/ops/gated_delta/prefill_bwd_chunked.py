@@ -521,7 +521,10 @@ def _plan(K: int, V: int) -> _Plan:
         return _Plan(block_k, block_v, block_v, 1, 1, 1, 1, 1, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1,
                      states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
     bv = min(next_pow2(max(V, 16)), 64)
-    return _Plan(block_k, bv, bv, 4, 2, 4, 1, 4, 1, "ieee", K_SPLIT=2 if block_k >= 32 else 1, BLOCK_V_DQ=bv,
+    # 64 K columns per dq/dk program, never fewer: at 4 warps, 16- and 32-column programs (K = 32, 64 split
+    # in two) return wrong dk and dG on the H100 (triton 3.6; right at 8 warps, unsplit, and in the
+    # interpreter: a miscompile; sweeps/gdn_bwd_diag.txt)
+    return _Plan(block_k, bv, bv, 4, 2, 4, 1, 4, 1, "ieee", K_SPLIT=max(1, block_k // 64), BLOCK_V_DQ=bv,
                  states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
 
 
