@@ -146,8 +146,9 @@ def test_forward_inverses_reused_bit_equal():
     b = _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16)
     for u, w in zip(a, b):
         assert torch.equal(u, w)
-    with pytest.raises(ValueError, match="inverses"):
-        _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16, inverses=(saved["T"][:, :20], saved["G"]))
+    for bad in ((saved["T"][:, :20], saved["G"]), (saved["T"].float(), saved["G"]), (saved["T"], saved["G"].half())):
+        with pytest.raises(ValueError, match="inverses"):
+            _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16, inverses=bad)
 
 
 def test_deterministic():

@@ -702,9 +702,10 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
     if inverses is not None:
         Tm, G = inverses
-        if Tm.shape != (B, T, H_v, chunk) or G.shape != (B, T, H_v):
-            raise ValueError(f"inverses: expected T {(B, T, H_v, chunk)} and G {(B, T, H_v)}, got "
-                             f"{tuple(Tm.shape)} and {tuple(G.shape)}")
+        if (Tm.shape != (B, T, H_v, chunk) or G.shape != (B, T, H_v) or Tm.dtype != dt
+                or G.dtype != torch.float32 or not (Tm.is_contiguous() and G.is_contiguous())):
+            raise ValueError(f"inverses: expected contiguous T {(B, T, H_v, chunk)} {dt} and G {(B, T, H_v)} "
+                             f"float32, got {tuple(Tm.shape)} {Tm.dtype} and {tuple(G.shape)} {G.dtype}")
     else:
         G = empty((B, T, H_v), dtype=torch.float32, device=dev)
         Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
