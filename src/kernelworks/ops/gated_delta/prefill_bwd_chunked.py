@@ -486,7 +486,7 @@ class _Plan(NamedTuple):
     K_SPLIT: int = 1            # dq/dk/dW/dG kernel: programs per chunk, each over K / K_SPLIT columns
     BLOCK_V_DQ: int = 0         # its V block (0: BLOCK_V_CHUNK)
     states_16bit: bool = False  # chunk-start states and dS_C stored in the input dtype (no hi + lo split)
-    split_state: bool = True    # the scan's fp32 dS as a 16-bit operand split hi + lo
+    split_state: bool = True    # the scan's fp32 dS (in registers) as a 16-bit operand split hi + lo
     w_from_t: bool = False      # recompute without W (U formed from T in the scan), Wᵀ dU from T
     dk_16bit: bool = False      # the dq/dk kernel's part of dk stored in the input dtype, not fp32
 
@@ -507,8 +507,8 @@ def _plan(K: int, V: int) -> _Plan:
     - scan: 64-row V blocks at 4 warps (256 programs fit one wave at 2 per SM): 494 µs against 883 µs at 8
       warps; 2 stages 462 µs against 505 at 1, although its build spills ~100 B/thread (the 1-stage one
       none at the bench shape, 176–192 B when d initial_state is stored); 32-row blocks 561–569 µs.
-    - dq/dk kernel: K split over two programs (``K_SPLIT``; 4 warps, 128-column accumulators halved) —
-      770 µs against 1091 µs for whole K at 8 warps; 64-row V blocks, 1 stage (855 µs at 32 rows, 2 stages).
+    - dq/dk kernel: 64 K columns per program (``K_SPLIT`` = K / 64 programs a chunk; 4 warps) — 770 µs
+      against 1091 µs for whole K at 8 warps; 64-row V blocks, 1 stage (855 µs at 32 rows, 2 stages).
     - WY kernel: 4 warps, 64-row V blocks, 1 stage: 463 µs against 1003 µs at 8 warps (2 stages 484).
     - dk's part from the dq/dk kernel stored 16-bit (``dk_16bit``): −100 µs (its final value is rounded
       to the input dtype anyway; worst gradient error 3.7e-3 → 4.0e-3).
@@ -547,7 +547,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     dev, dt = v.device, v.dtype
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     plan = _plan(K, V)
-    split = q.dtype != torch.float32
+    is_16bit = q.dtype != torch.float32  # fp32 tiles as 16-bit dot operands are split hi + lo (where planned)
     states_dt = dt if plan.states_16bit else torch.float32
     # 0. the forward's intermediates: G, T, chunk-start states, U (and W, unless the scan forms U from T)
     _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
@@ -566,7 +566,6 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     if do.stride(-1) != 1:
         do = do.contiguous()
     is_varlen = cu_seqlens is not None
-    split = split and not plan.states_16bit
 
     # 1. the reverse scan: dS_C per chunk, dU, d initial_state
     dh = empty((max(n_slots, 1), H_v, V, K), dtype=states_dt, device=dev)
@@ -581,7 +580,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            T, nt, scale, ratio,
            num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=plan.BLOCK_K, BLOCK_V=plan.BLOCK_V_SCAN, IS_VARLEN=is_varlen, HAS_DHT=dht is not None,
-           STORE_DH0=need_dh0, SPLIT_STATE=split and plan.split_state, W_FROM_T=W is None,
+           STORE_DH0=need_dh0, SPLIT_STATE=is_16bit and plan.split_state, W_FROM_T=W is None,
            DOT_PRECISION=plan.DOT_PRECISION)
 
     # 2. dq, the direct part of dk, dW, the P/γ/K̂/γ_C shares of dG (in K_SPLIT parts)
@@ -598,7 +597,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            T, nt, scale, ratio,
            num_warps=plan.warps_dqkwg, num_stages=plan.stages_dqkwg, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=plan.BLOCK_K // n_split, BLOCK_V=plan.BLOCK_V_DQ or plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen,
-           SPLIT_STATE=split, DOT_PRECISION=plan.DOT_PRECISION, K_SPLIT=n_split)
+           SPLIT_STATE=is_16bit and not plan.states_16bit, DOT_PRECISION=plan.DOT_PRECISION, K_SPLIT=n_split)
 
     # 3. the WY backward: dv, dw, dβ, the rest of dk, dg
     w = write_strength if write_strength is not None else beta

@@ -22,8 +22,9 @@ K3 ``_chunk_output_kernel`` — grid (V-blocks, chunks, B·H_v), all chunks in p
 
 The public forward is K1a + K2 fused with FUSE_WY: ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` straight from T, so
 K1b and K3 do not run and only q, k, v, T, the gates and o cross DRAM (H100, B 8 T 4096 H 16, kernel
-times: 544 µs against 1107 for the four-kernel form and 1028 for fla). The four-kernel form stays for the backward,
-whose recompute needs W, U and the chunk-start states.
+times: 544 µs against 1107 for the four-kernel form and 1028 for fla). The backward's recompute runs K2
+unfused with U formed from T (``wy_in_scan``), storing U and the chunk-start states (bf16) and taking the
+forward's T and G (``inverses``); K1b and K3 remain as the measured four-kernel alternative.
 
 Intermediates are token-indexed (``[B, T, H_v, ·]``, contiguous), so dense and packed (varlen) batches
 share them; chunk-start states are rows ``[n_chunks, H_v, V, K]`` (sequence n's chunk j at row
