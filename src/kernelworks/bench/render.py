@@ -160,9 +160,10 @@ def plot_op(result: dict[str, Any], folder: Path) -> list[Path]:
 
 def _plot_sweeps(result: dict[str, Any], mode: str, sweep: list[dict[str, Any]], providers: list[str],
                  folder: Path, plt: Any) -> list[Path]:
-    """One line plot per sweep series (a case tagged ``sweep:<param>@<series>`` is on that series' plot;
-    ``sweep:<param>`` alone: one plot), e.g. each GEMM projection shape over M. The y axis is TFLOP/s
-    when most points are compute-bound, GB/s (with the copy ceiling) otherwise."""
+    """One figure per sweep series (a case tagged ``sweep:<param>@<series>`` is on that series' figure;
+    ``sweep:<param>`` alone: one figure), e.g. each GEMM projection shape over M: throughput on the left —
+    TFLOP/s when most points are compute-bound, GB/s (with the copy ceiling) otherwise — and the median
+    time on the right (log-log: how the time scales with the parameter)."""
     gpu = result["environment"].get("gpu")
     param = sweep[0]["sweep"]
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -172,16 +173,22 @@ def _plot_sweeps(result: dict[str, Any], mode: str, sweep: list[dict[str, Any]],
     for n, (label, recs) in enumerate(series.items()):
         compute = sum(r.get("bound") == "compute" for r in recs) > len(recs) / 2
         metric, unit = ("tflops", "TFLOP/s") if compute else ("gbs", "GB/s")
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+        fig, (ax, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
         for p in providers:
-            pts = sorted((r["params"][param], r[metric]) for r in recs if r["provider"] == p)
+            pts = sorted((r["params"][param], r[metric], r["median_ms"]) for r in recs if r["provider"] == p)
             if pts:
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+                ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="o", label=p)
+                ax_time.plot([x for x, _, _ in pts], [1e3 * t for _, _, t in pts], marker="o", label=p)
         ceil = result["environment"].get("ceilings", {}).get("bandwidth_gbs")
         if ceil and not compute:
             ax.axhline(ceil, color="grey", linestyle="--", linewidth=1, label="copy ceiling")
         ax.set_xscale("log", base=2)
         ax.set_xlabel(param)
+        ax_time.set_xscale("log", base=2)
+        ax_time.set_yscale("log")
+        ax_time.set_xlabel(param)
+        ax_time.set_ylabel("median time (µs)")
+        ax_time.legend(fontsize=8)
         suffix = f"-{label}" if label else ("" if n == 0 else f"-{n}")
         title = f"{result['op']} {mode} over {param}" + (f" ({label})" if len(series) > 1 else "") + f" — {gpu}"
         paths.append(_finish(fig, ax, title, folder / f"{result['op']}-{mode}-sweep{suffix}.png", unit))

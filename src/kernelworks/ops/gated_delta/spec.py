@@ -219,8 +219,9 @@ def _decode_check_cases() -> list[Case]:
 
 
 def _decode_bench_cases() -> list[Case]:
+    # a sweep over the batch: plotted as GB/s (against the copy ceiling) and time over batch
     return [case(f"b{b}-qwen3next", _BF16, batch=b, hq=16, hv=32, K=128, V=128, l2norm=True, fla=True,
-                 tags=("gpu", "quick") if b == 64 else ("gpu",))
+                 tags=("gpu", "sweep:batch", "quick") if b == 64 else ("gpu", "sweep:batch"))
             for b in (1, 8, 64, 256)]
 
 
@@ -255,8 +256,10 @@ def _prefill_check_cases() -> list[Case]:
 
 
 def _prefill_bench_cases() -> list[Case]:
+    # a sweep over the sequence length: plotted as time (and GB/s) over T
     out = [case(f"b8-t{t}-h16", _BF16, batch=8, T=t, hq=16, hv=16, K=128, V=128,
-                tags=("gpu", "quick") if t == 4096 else ("gpu",)) for t in (1024, 2048, 4096, 8192)]
+                tags=("gpu", "sweep:T", "quick") if t == 4096 else ("gpu", "sweep:T"))
+           for t in (1024, 2048, 4096, 8192)]
     # equal tokens (32768) in 8 mixed lengths: the varlen target (within 10% of the dense b8-t4096)
     out.append(case("varlen8-32k-h16", _BF16, seqlens=(1000, 7000, 3000, 5000, 2000, 6000, 4000, 4768),
                     hq=16, hv=16, K=128, V=128, tags=("gpu",)))
