@@ -183,7 +183,7 @@ def _capture(B, T, hq, hv, K, V, dtype, *, varlen=False, h0=False, final=False, 
 
 SCAN_SPILL_BOUND = 128
 """B/thread the dS scan may spill on sm_90 (triton 3.6): its 2-stage build spills 96–112 B and still beats
-the spill-free 1-stage one on the H100 (462 against 505 µs at the benchmark shape)."""
+the spill-free 1-stage one on the H100 (455 against 506 µs at the benchmark shape)."""
 OPTIONS_SPILL_BOUND = 64
 """B/thread the chunk kernels may spill with every option on (varlen + h0 + dht + write, grouped heads:
 8–40 B); 0 at the benchmark shape."""

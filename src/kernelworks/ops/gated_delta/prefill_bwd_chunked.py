@@ -17,10 +17,10 @@ decay mask ``2^{G_t−G_s}``, t ≥ s), ``O = scale (γ ⊙ Q S₀ᵀ + P U)``, 
        ``dU = scale Pᵀ dO + K̂ dS_Cᵀ``   (stored in the input dtype: every later use is a 16-bit operand)
        ``dS₀ = γ_C dS_C + scale dOᵀ (γ ⊙ Q) − dUᵀ W``, with ``Wᵀ dU = Kᵀ (βγ ⊙ Tᵀ dU)`` (no W).
    No S₀ is read: the scan is 6 dots per chunk, 3 of them on the dependent chain.
-2. ``_dqkwg_kernel`` — grid (chunks × 2 K-halves, H_v, B), V looped inside (``[C, K/2]`` fp32 accumulators):
+2. ``_dqkwg_kernel`` — grid (chunks × K/64 column blocks, H_v, B), V looped inside (``[C, 64]`` fp32 accumulators):
        ``dP = scale dO Uᵀ``, ``dQ = (dP ⊙ M) K + scale γ ⊙ (dO S₀)``, ``dK̂ = U dS_C``, ``dW = −dU S₀``,
        the direct dK part ``(dP ⊙ M)ᵀ Q + 2^{G_C−G} ⊙ dK̂`` and the per-token dG shares of P, γ (output),
-       K̂ and ``γ_C S₀`` (the last two to the chunk's last token), each K-half's part of dG apart.
+       K̂ and ``γ_C S₀`` (the last two to the chunk's last token), each column block's part of dG apart.
 3. ``_wy_bwd_kernel`` — grid (chunks, H_v, B): T as the forward stored it (``saved["T"]``; when absent,
    recomputed from A: 16-row diagonal blocks by the product form, merged with fp32 dots, assembled into
    one ``[C, C]`` tile — that variant spills on sm_90), then over V ``dT = dU Xᵀ``, ``dX = Tᵀ dU``
@@ -505,7 +505,7 @@ def _plan(K: int, V: int) -> _Plan:
     - no W (``w_from_t``): the recompute forms U from T in its scan (no W/Ũ kernel: −209 µs) and the dS scan
       takes ``Wᵀ dU = Kᵀ(βγ ⊙ Tᵀ dU)`` (+37 µs there).
     - scan: 64-row V blocks at 4 warps (256 programs fit one wave at 2 per SM): 494 µs against 883 µs at 8
-      warps; 2 stages 462 µs against 505 at 1, although its build spills ~100 B/thread (the 1-stage one
+      warps; 2 stages 455 µs against 506 at 1 (same run), although its build spills ~100 B/thread (the 1-stage one
       none at the bench shape, 176–192 B when d initial_state is stored); 32-row blocks 561–569 µs.
     - dq/dk kernel: 64 K columns per program (``K_SPLIT`` = K / 64 programs a chunk; 4 warps) — 770 µs
       against 1091 µs for whole K at 8 warps; 64-row V blocks, 1 stage (855 µs at 32 rows, 2 stages).
