@@ -152,13 +152,15 @@ RECOMPUTE = "recompute"  # a variant's key for overrides of the forward plan its
 VARIANTS = {  # overrides of the default plan (prefill_bwd_chunked._plan)
     "default": {},
     FORWARD_T: {},  # the public path: the forward's chunk inverses passed in (no chunk-inverse kernel)
-    "merged": {"merged": True},
-    "merged bk32 bv32": {"merged": True, "BLOCK_K_MERGED": 32, "BLOCK_V_CHUNK": 32},
-    "merged bv32": {"merged": True, "BLOCK_V_CHUNK": 32},
-    "merged 8w": {"merged": True, "warps_wy": 8},
-    "merged 8w bv32": {"merged": True, "warps_wy": 8, "BLOCK_V_CHUNK": 32},
-    "merged 8w s2": {"merged": True, "warps_wy": 8, "stages_wy": 2},
-    "merged 8w bk128": {"merged": True, "warps_wy": 8, "BLOCK_K_MERGED": 128},
+    "previous default: fp32 states 8 warps": PREVIOUS,
+    "dk fp32": {"dk_16bit": False},
+    "scan bv32 s2": {"BLOCK_V_SCAN": 32, "stages_scan": 2},
+    "dq bv32 s2": {"BLOCK_V_DQ": 32, "stages_dqkwg": 2},
+    "dq whole K 8 warps": {"K_SPLIT": 1, "warps_dqkwg": 8, "BLOCK_V_DQ": 32, "stages_dqkwg": 2},
+    "wy s2": {"stages_wy": 2},
+    "scan s2": {"stages_scan": 2},
+    "recompute bv32": {RECOMPUTE: {"BLOCK_V": 32}},
+    "recompute s3": {RECOMPUTE: {"stages_scan": 3}},
 }
 if args.variants:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in args.variants.split(",")}
@@ -198,7 +200,7 @@ for name, over in VARIANTS.items():
             worst = max(worst, *check(f"{name} | {tag}", grad_names(x), got, want, 2e-2))
         row["worst_rel_l2"] = worst
         for tag, (x, do, dht, cu, t_fwd, inverses) in timed.items():
-            extra = {"inverses": inverses} if name != "default" else {}
+            extra = {"inverses": inverses} if name == FORWARD_T else {}
             run = functools.partial(bwd, pbc.gated_delta_prefill_bwd_chunked, x, do, dht, cu, D ** -0.5, **extra)
             t = bench(run)
             per = prof(run)

@@ -469,205 +469,6 @@ def _wy_bwd_kernel(
     tl.store(p_dg + o_c * H_V, b_dg.to(p_dg.dtype.element_ty), mask=m_t)
 
 
-# ------------------------------------------------------------------------ 2+3. one chunk kernel (merged)
-
-
-@triton.jit
-def _chunk_bwd_kernel(
-    p_q, p_k, p_v, p_beta, p_w, p_G, p_T, p_vn, p_do, p_du, p_hs, p_dh, p_cs, p_ce,
-    p_dq, p_dk, p_dv, p_dg, p_dbeta, p_dw,
-    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh, s_ob, s_ot, s_oh,
-    T, NT, scale, HV_PER_QK,
-    H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_W: tl.constexpr, LOAD_T: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """Everything of one chunk and value head after the dS scan — ``_dqkwg_kernel`` and ``_wy_bwd_kernel``
-    in one program, so dW, the direct part of dk and the dG parts never reach DRAM:
-
-    1. over V blocks: ``dP = dO Uᵀ``, ``dT = dU Xᵀ``, ``dX = Tᵀ dU`` (→ dv, dw);
-    2. over K column blocks (BLOCK_K each), V looped inside: ``dO S₀``, ``dW = −dU S₀``, ``dK̂ = U dS_C`` →
-       dq, ``dT += dW Yᵀ``, ``dY = Tᵀ dW``, dk without its A share (stored, read back in 3), the dG shares;
-    3. ``dA = −Tᵀ dT Tᵀ``, Z; over K column blocks ``dk += Z K + Zᵀ K`` (and ``K Kᵀ`` for dβ); dβ, dg.
-
-    Each phase keeps at most three ``[C, BLOCK_K]`` fp32 accumulators and two ``[C, C]`` live; the tiles
-    read twice (do, U, dU, q, k: phases 1 and 2, 2 and 3) are the same program's, read again from L2.
-    Grid, addressing and the inputs' layouts as ``_dqkwg_kernel`` and ``_wy_bwd_kernel``; dk is written
-    once by phase 2 and once by phase 3 (same program), in its pointer's dtype.
-    """
-    i_c, i_b, i_h, i_hq, t0, n, row0 = _chunk_program(p_cs, p_ce, T, HV_PER_QK, H_V, CHUNK, IS_VARLEN)
-    if n <= 0:  # a varlen slot past the last chunk
-        return
-    row_hs = i_b * NT + i_c
-    p_q += i_b * s_qb + t0 * s_qt + i_hq * s_qh
-    p_k += i_b * s_kb + t0 * s_kt + i_hq * s_kh
-    p_v += i_b * s_vb + t0 * s_vt + i_h * s_vh
-    p_do += i_b * s_ob + t0 * s_ot + i_h * s_oh
-    p_beta += i_b * s_bb + t0 * s_bt + i_h * s_bh
-    p_w += i_b * s_wb + t0 * s_wt + i_h * s_wh
-    p_G += row0
-    p_T += row0 * CHUNK
-    p_vn += row0 * V
-    p_du += row0 * V
-    p_dv += row0 * V
-    p_dq += row0 * K
-    p_dk += row0 * K
-    p_dg += row0
-    p_dbeta += row0
-    p_dw += row0
-    p_hs += (row_hs * H_V + i_h) * (V * K)
-    p_dh += (row_hs * H_V + i_h) * (V * K)
-
-    o_c = tl.arange(0, CHUNK)
-    m_t = o_c < n
-    m_lower = o_c[:, None] > o_c[None, :]
-    m_causal = o_c[:, None] >= o_c[None, :]
-    DT = p_vn.dtype.element_ty
-    b_beta = tl.load(p_beta + o_c * s_bt, mask=m_t, other=0.0).to(tl.float32)
-    b_wt = tl.load(p_w + o_c * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
-    b_G, b_GC = _chunk_gates(p_G, o_c, m_t, tl.minimum(n, CHUNK), H_V)
-    b_gam = tl.exp2(b_G)
-    b_bg = b_beta * b_gam
-    b_e = tl.exp2(b_GC - b_G)   # K̂ = e ⊙ K
-    # 1. over V: dP = dO Uᵀ; then P = Q Kᵀ ⊙ M over K for dG's dP ⊙ P share, so that only dP ⊙ M (16-bit)
-    # stays live
-    b_dp = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
-    for v0 in range(0, V, BLOCK_V):
-        o_v = v0 + tl.arange(0, BLOCK_V)
-        m_tv = m_t[:, None] & (o_v < V)[None, :]
-        b_do = tl.load(p_do + o_c[:, None] * s_ot + o_v[None, :], mask=m_tv, other=0.0).to(DT)
-        b_u = tl.load(p_vn + o_c[:, None] * (H_V * V) + o_v[None, :], mask=m_tv, other=0.0)
-        b_dp = tl.dot(b_do, tl.trans(b_u), b_dp, input_precision=DOT_PRECISION)
-    b_qk = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        o_k = k0 + tl.arange(0, BLOCK_K)
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        b_q = tl.load(p_q + o_c[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
-        b_k = tl.load(p_k + o_c[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
-        b_qk = tl.dot(b_q, tl.trans(b_k), b_qk, input_precision=DOT_PRECISION)
-    b_M = tl.where(m_causal, tl.exp2(tl.where(m_causal, b_G[:, None] - b_G[None, :], 0.0)), 0.0)
-    b_dp = b_dp * scale
-    b_F = b_dp * (b_qk * b_M)
-    b_dG = tl.sum(b_F, 1) - tl.sum(b_F, 0)
-    b_dpm = (b_dp * b_M).to(DT)
-
-    # 2. over K column blocks (V inside): dq = (dP ⊙ M) K + scale γ ⊙ (dO S₀); dk's (dP ⊙ M)ᵀ Q + e ⊙ dK̂
-    # (dK̂ = U dS_C) stored; dG's γ, K̂ and γ_C shares
-    b_last = tl.sum(tl.zeros([CHUNK], dtype=tl.float32), 0)
-    for k0 in range(0, K, BLOCK_K):
-        o_k = k0 + tl.arange(0, BLOCK_K)
-        m_k = o_k < K
-        m_tk = m_t[:, None] & m_k[None, :]
-        b_dq1 = tl.zeros([CHUNK, BLOCK_K], dtype=tl.float32)
-        b_dkh = tl.zeros([CHUNK, BLOCK_K], dtype=tl.float32)
-        b_ss = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for v0 in range(0, V, BLOCK_V):
-            o_v = v0 + tl.arange(0, BLOCK_V)
-            m_v = o_v < V
-            m_tv = m_t[:, None] & m_v[None, :]
-            m_hk = m_v[:, None] & m_k[None, :]
-            b_do = tl.load(p_do + o_c[:, None] * s_ot + o_v[None, :], mask=m_tv, other=0.0).to(DT)
-            b_u = tl.load(p_vn + o_c[:, None] * (H_V * V) + o_v[None, :], mask=m_tv, other=0.0)
-            b_s0 = tl.load(p_hs + o_v[:, None] * K + o_k[None, :], mask=m_hk, other=0.0)
-            b_dsc = tl.load(p_dh + o_v[:, None] * K + o_k[None, :], mask=m_hk, other=0.0)
-            b_dq1 = tl.dot(b_do, b_s0, b_dq1, input_precision=DOT_PRECISION)
-            b_dkh = tl.dot(b_u, b_dsc, b_dkh, input_precision=DOT_PRECISION)
-            b_ss += tl.sum(b_dsc.to(tl.float32) * b_s0.to(tl.float32), 0)
-        b_q = tl.load(p_q + o_c[:, None] * s_qt + o_k[None, :], mask=m_tk, other=0.0)
-        b_k = tl.load(p_k + o_c[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
-        b_dq1 = b_dq1 * (scale * b_gam)[:, None]
-        b_dq = tl.dot(b_dpm, b_k, b_dq1, input_precision=DOT_PRECISION)
-        tl.store(p_dq + o_c[:, None] * (H_V * K) + o_k[None, :], b_dq.to(p_dq.dtype.element_ty), mask=m_tk)
-        b_dG += tl.sum(b_dq1 * b_q.to(tl.float32), 1)
-        b_khk = tl.sum(b_dkh * (b_k.to(tl.float32) * b_e[:, None]), 1)
-        b_dG -= b_khk
-        b_last += tl.sum(b_khk, 0) + tl.exp2(b_GC) * tl.sum(b_ss, 0)
-        b_dk = tl.dot(tl.trans(b_dpm), b_q, b_dkh * b_e[:, None], input_precision=DOT_PRECISION)
-        tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], b_dk.to(p_dk.dtype.element_ty), mask=m_tk)
-    # G_C is G of the last VALID token: its share goes there (the reverse cumsum carries it to every token)
-    b_dG += tl.where(o_c == tl.minimum(n, CHUNK) - 1, b_last, 0.0)
-
-    # 3. back through the UT transform, over V: dT = (dU Vᵀ) diag(w), dX = Tᵀ dU → dv = w ⊙ dX, dw = Σ dX ⊙ v
-    if LOAD_T:
-        b_T = tl.load(p_T + o_c[:, None] * (H_V * CHUNK) + o_c[None, :], mask=m_t[:, None], other=0.0)
-    else:
-        b_kk = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            o_k = k0 + tl.arange(0, BLOCK_K)
-            b_k = tl.load(p_k + o_c[:, None] * s_kt + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
-                          other=0.0)
-            b_kk = tl.dot(b_k, tl.trans(b_k), b_kk, input_precision=DOT_PRECISION)
-        b_T = _ut_inverse_blocked(b_kk * _decay_lower(b_G, m_lower) * b_beta[:, None], CHUNK).to(DT)
-
-    b_Tt = tl.trans(b_T)
-    b_dT = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
-    b_xv = tl.zeros([CHUNK], dtype=tl.float32)
-    for v0 in range(0, V, BLOCK_V):
-        o_v = v0 + tl.arange(0, BLOCK_V)
-        m_tv = m_t[:, None] & (o_v < V)[None, :]
-        b_du = tl.load(p_du + o_c[:, None] * (H_V * V) + o_v[None, :], mask=m_tv, other=0.0)
-        b_v = tl.load(p_v + o_c[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0)
-        b_dT = tl.dot(b_du, tl.trans(b_v), b_dT, input_precision=DOT_PRECISION)
-        b_dX = tl.dot(b_Tt, b_du, input_precision=DOT_PRECISION)
-        tl.store(p_dv + o_c[:, None] * (H_V * V) + o_v[None, :], (b_dX * b_wt[:, None]).to(p_dv.dtype.element_ty),
-                 mask=m_tv)
-        b_xv += tl.sum(b_dX * b_v.to(tl.float32), 1)
-    b_dT = b_dT * b_wt[None, :]
-    # over K column blocks (V inside): dW = −dU S₀ → dT += (dW Kᵀ) diag(βγ), dY = Tᵀ dW, dk += βγ ⊙ dY
-    b_dYk = tl.zeros([CHUNK], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        o_k = k0 + tl.arange(0, BLOCK_K)
-        m_k = o_k < K
-        m_tk = m_t[:, None] & m_k[None, :]
-        b_dw = tl.zeros([CHUNK, BLOCK_K], dtype=tl.float32)
-        for v0 in range(0, V, BLOCK_V):
-            o_v = v0 + tl.arange(0, BLOCK_V)
-            m_v = o_v < V
-            b_du = tl.load(p_du + o_c[:, None] * (H_V * V) + o_v[None, :], mask=m_t[:, None] & m_v[None, :],
-                           other=0.0)
-            b_s0 = tl.load(p_hs + o_v[:, None] * K + o_k[None, :], mask=m_v[:, None] & m_k[None, :], other=0.0)
-            b_dw = tl.dot(b_du, b_s0, b_dw, input_precision=DOT_PRECISION)
-        b_k = tl.load(p_k + o_c[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
-        b_dWd = (-b_dw).to(DT)
-        b_dT += tl.dot(b_dWd, tl.trans(b_k), input_precision=DOT_PRECISION) * b_bg[None, :]
-        b_dY = tl.dot(b_Tt, b_dWd, input_precision=DOT_PRECISION)
-        b_dYk += tl.sum(b_dY * b_k.to(tl.float32), 1)
-        b_dk = tl.load(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
-        tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], (b_dk + b_dY * b_bg[:, None]).to(p_dk.dtype.element_ty),
-                 mask=m_tk)
-
-    # dA = strictly-lower(−Tᵀ dT Tᵀ); A_sr = β_s (k_s·k_r) 2^{G_s−G_r}: Z = dA ⊙ β ⊙ 2^{G_s−G_r},
-    # dk += Z K + Zᵀ K; K Kᵀ for dβ summed over the same column blocks
-    b_dA = tl.dot(tl.dot(b_Tt, b_dT.to(DT), input_precision=DOT_PRECISION).to(DT), b_Tt,
-                  input_precision=DOT_PRECISION)
-    b_decay = _decay_lower(b_G, m_lower)
-    b_dA = tl.where(m_lower, -b_dA, 0.0)
-    b_Z = (b_dA * b_decay * b_beta[:, None]).to(DT)
-    b_kk = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        o_k = k0 + tl.arange(0, BLOCK_K)
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        b_k = tl.load(p_k + o_c[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
-        b_kk = tl.dot(b_k, tl.trans(b_k), b_kk, input_precision=DOT_PRECISION)
-        b_dk = tl.load(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
-        b_dk = tl.dot(b_Z, b_k, b_dk, input_precision=DOT_PRECISION)
-        b_dk = tl.dot(tl.trans(b_Z), b_k, b_dk, input_precision=DOT_PRECISION)
-        tl.store(p_dk + o_c[:, None] * (H_V * K) + o_k[None, :], b_dk.to(p_dk.dtype.element_ty), mask=m_tk)
-    b_Anb = b_kk * b_decay                            # ∂A_sr/∂β_s
-    b_dbeta = tl.sum(b_dA * b_Anb, 1) + b_gam * b_dYk
-    if HAS_W:
-        tl.store(p_dw + o_c * H_V, b_xv.to(p_dw.dtype.element_ty), mask=m_t)
-    else:
-        b_dbeta += b_xv
-    tl.store(p_dbeta + o_c * H_V, b_dbeta.to(p_dbeta.dtype.element_ty), mask=m_t)
-    b_F = b_dA * b_Anb * b_beta[:, None]             # dA ⊙ A
-    b_dG += tl.sum(b_F, 1) - tl.sum(b_F, 0) + b_bg * b_dYk
-    b_dG = tl.where(m_t, b_dG, 0.0)
-    # g_t enters G_s for every s ≥ t of the chunk: dg = reverse cumsum of dG
-    b_dg = tl.sum(b_dG, 0) - tl.cumsum(b_dG, 0) + b_dG
-    tl.store(p_dg + o_c * H_V, b_dg.to(p_dg.dtype.element_ty), mask=m_t)
-
-
 # ------------------------------------------------------------------------------------------- launcher
 
 
@@ -688,9 +489,6 @@ class _Plan(NamedTuple):
     split_state: bool = True    # the scan's fp32 dS (in registers) as a 16-bit operand split hi + lo
     w_from_t: bool = False      # recompute without W (U formed from T in the scan), Wᵀ dU from T
     dk_16bit: bool = False      # the dq/dk kernel's part of dk stored in the input dtype, not fp32
-    merged: bool = False        # one chunk kernel (_chunk_bwd_kernel: warps_wy, stages_wy, BLOCK_V_CHUNK,
-    #                             BLOCK_K_MERGED columns) instead of the dq/dk and WY kernels
-    BLOCK_K_MERGED: int = 64
 
 
 @cached_plan
@@ -716,6 +514,11 @@ def _plan(K: int, V: int) -> _Plan:
       to the input dtype anyway; worst gradient error 3.7e-3 → 4.0e-3).
     Together 2.18 ms (2.03 ms with the forward's T passed in, the public path) against 4.77 ms for the
     previous plan (fp32 states, 8 warps, W) in the same run.
+    - Measured and dropped: the dq/dk and WY kernels as ONE program per chunk (commit ecd6517,
+      ``_chunk_bwd_kernel``: no dW, dk part or dG parts through DRAM, 19.5 → 13.2 bytes-of-v per chunk). It
+      is latency-bound: 1.81 ms at 4 warps (it spills ~300 B) and 1.98 ms at 8 (no spill) against 1.23 ms
+      for the two kernels; its 4-warp 32-row V blocks were miscompiled (wrong dq…dβ, then an illegal
+      address). ``sweeps/gated_delta_backward-merged*.json``.
     The interpreter takes one warp, and the GPU plan's structure (16-bit states, K split in two, no W)."""
     block_k = next_pow2(max(K, 16))
     block_v = min(next_pow2(max(V, 16)), 32)
@@ -785,27 +588,8 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            STORE_DH0=need_dh0, SPLIT_STATE=is_16bit and plan.split_state, W_FROM_T=W is None,
            DOT_PRECISION=plan.DOT_PRECISION)
 
-    grid = (slots_per_row, H_v, B)
-    w = write_strength if write_strength is not None else beta
-    if plan.merged:
-        dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
-        dk_out = empty((B, T, H_v, K), dtype=k.dtype if ratio == 1 else torch.float32, device=dev)
-        dv = empty((B, T, H_v, V), dtype=dt, device=dev)
-        dg = empty((B, T, H_v), dtype=g.dtype, device=dev)
-        dbeta = empty((B, T, H_v), dtype=beta.dtype, device=dev)
-        dw = empty((B, T, H_v), dtype=write_strength.dtype, device=dev) if write_strength is not None else dg
-        launch(_chunk_bwd_kernel, grid,
-               q, k, v, beta, w, G, Tm, vn, do, du, hs, dh, cs, ce, dq, dk_out, dv, dg, dbeta, dw,
-               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
-               w.stride(0), w.stride(1), w.stride(2), do.stride(0), do.stride(1), do.stride(2),
-               T, nt, scale, ratio,
-               num_warps=plan.warps_wy, num_stages=plan.stages_wy, H_V=H_v, K=K, V=V, CHUNK=chunk,
-               BLOCK_K=min(plan.BLOCK_K_MERGED, plan.BLOCK_K), BLOCK_V=plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen,
-               HAS_W=write_strength is not None, LOAD_T=reuse_T, DOT_PRECISION=plan.DOT_PRECISION)
-        return _finish(dq, dk_out, dv, dg, dbeta, dw, dh0, write_strength is not None, need_dh0, ratio, q, k)
-
     # 2. dq, the direct part of dk, dW, the P/γ/K̂/γ_C shares of dG (in K_SPLIT parts)
+    grid = (slots_per_row, H_v, B)
     n_split = plan.K_SPLIT
     dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
     dk = empty((B, T, H_v, K), dtype=dt if plan.dk_16bit else torch.float32, device=dev)
@@ -821,6 +605,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            SPLIT_STATE=is_16bit and not plan.states_16bit, DOT_PRECISION=plan.DOT_PRECISION, K_SPLIT=n_split)
 
     # 3. the WY backward: dv, dw, dβ, the rest of dk, dg
+    w = write_strength if write_strength is not None else beta
     # dk: fp32 per value head when grouped heads are summed after; the WY kernel may write over its input
     dk_dt = torch.float32 if ratio > 1 else k.dtype
     dk_out = dk if dk.dtype == dk_dt else empty((B, T, H_v, K), dtype=dk_dt, device=dev)
@@ -837,20 +622,11 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            BLOCK_V=plan.BLOCK_V_CHUNK, IS_VARLEN=is_varlen, HAS_W=write_strength is not None,
            LOAD_T=reuse_T, DOT_PRECISION=plan.DOT_PRECISION, DG_PARTS=n_split)
 
-    return _finish(dq, dk_out, dv, dg, dbeta, dw, dh0, write_strength is not None, need_dh0, ratio, q, k)
-
-
-def _finish(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, dg: torch.Tensor, dbeta: torch.Tensor,
-            dw: torch.Tensor, dh0: torch.Tensor, has_w: bool, need_dh0: bool, ratio: int, q: torch.Tensor,
-            k: torch.Tensor) -> list[torch.Tensor]:
-    """The gradient list: dq, dk summed over the value heads sharing a q/k head (fp32 per value head, then
-    a deterministic ``sum``) and cast to q's/k's dtype, then dv, dg, dβ [, dw] [, dh0]."""
-    if ratio > 1:
-        B, T, H_qk, K = q.shape
+    if ratio > 1:  # the deterministic sum over the value heads that share a q/k head
         dq = dq.view(B, T, H_qk, ratio, K).sum(3).to(q.dtype)
-        dk = dk.view(B, T, H_qk, ratio, K).sum(3).to(k.dtype)
-    out = [dq, dk, dv, dg, dbeta]
-    if has_w:
+        dk_out = dk_out.view(B, T, H_qk, ratio, K).sum(3).to(k.dtype)
+    out = [dq, dk_out, dv, dg, dbeta]
+    if write_strength is not None:
         out.append(dw)
     if need_dh0:
         out.append(dh0)
