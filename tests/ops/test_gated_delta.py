@@ -6,13 +6,16 @@ interpreter on tiny heads (K, V ≤ 32); ``gpu`` tests take the real Qwen3-Next 
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from test_gated_delta_bwd_chunked import OPTIONS_SPILL_BOUND, SCAN_SPILL_BOUND  # same folder: one set of bounds
 from torch.nn import functional
 
-from kernelworks.ops.gated_delta import DECODE_SPEC, PREFILL_SPEC, reference
+from kernelworks.ops.gated_delta import DECODE_SPEC, PREFILL_SPEC, api, prefill_chunked, reference
 from kernelworks.ops.gated_delta.api import gated_delta_decode, gated_delta_prefill
+from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, prefill_segments, segmented_prefill_fwd
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
@@ -238,6 +241,62 @@ def test_prefill_strided_inputs_and_no_final_state():
     assert final is None
     o_ref, _ = reference.gated_delta_rule(*(t.double() for t in (q, k, v, g, beta)))
     torch.testing.assert_close(o.double(), o_ref, atol=3e-5, rtol=1e-5)
+
+
+
+@pytest.mark.parametrize("n_segments", [3, 5])
+def test_segmented_prefill_matches_plain_and_reference(n_segments):
+    """Segments scanned in parallel (transitions, starts combined, fused forward per segment) give the plain
+    fused forward's o and final state up to fp16 rounding, and the same chunk inverses (chunk 16: 5
+    chunks in 3 segments of 2, 2, 1, or 5 of one; batch 2, grouped heads, h0, write strength)."""
+    x = _prefill_inputs(2, 70, 1, 2, 16, 32, dtype=torch.float16, seed=3)
+    w = torch.rand(2, 70, 2, device=DEVICE)
+    h0 = torch.randn(2, 2, 32, 16, device=DEVICE)
+    kw = {"scale": 0.25, "initial_state": h0, "output_final_state": True, "chunk_size": 16, "write_strength": w}
+    o, final, saved = segmented_prefill_fwd(**x, n_segments=n_segments, **kw)
+    o0, final0, saved0 = chunked_prefill_fwd(**x, cu_seqlens=None, **kw)
+    o_ref, f_ref = reference.gated_delta_rule(**_f64(x), initial_state=h0.double(), output_final_state=True,
+                                              scale=0.25, write_strength=w.double())
+    assert torch.equal(saved["T"], saved0["T"]) and torch.equal(saved["G"], saved0["G"])
+    assert _rel(o, o0) <= 1e-3 and _rel(final, final0) <= 1e-3
+    assert _rel(o, o_ref) <= 2e-3 and _rel(final, f_ref) <= 2e-3
+
+
+def test_prefill_segment_count(monkeypatch):
+    """Segments only where the scan leaves SM slots idle: as many as fit (264 slots: an H100), at least 16
+    chunks each, at most 16, three or more; none in the interpreter."""
+    assert prefill_segments(1, 32768, 16, 128, torch.device(DEVICE)) == 1   # interpreter / CPU: no slots
+    monkeypatch.setattr(prefill_chunked, "scan_slots", lambda device: 264)
+    count = functools.partial(prefill_segments, device=torch.device(DEVICE))
+    assert count(1, 32768, 16, 128) == 8       # 32 programs: 8 segments fill the slots
+    assert count(1, 32768, 4, 128) == 16       # capped
+    assert count(1, 2048, 16, 128) == 1        # 32 chunks: two segments of 16 would not pay
+    assert count(8, 4096, 16, 128) == 1        # the benchmark batch fills the GPU already
+    assert count(2, 4096, 8, 128) == 4         # 64 chunks: segments of 16
+
+
+def test_prefill_api_takes_segments_forward_and_backward(monkeypatch):
+    """Where the GPU would be under-filled the public op takes the segmented forward (forced here), and its
+    output and gradients (the backward reusing its chunk inverses) match the float64 recurrence."""
+    calls = []
+    real = api.segmented_prefill_fwd
+
+    def spy(*a, **kw):
+        calls.append(kw["n_segments"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "prefill_segments", lambda *a: 3)
+    monkeypatch.setattr(api, "segmented_prefill_fwd", spy)
+    x = _prefill_inputs(1, 40, 1, 2, 16, 16, dtype=torch.float16, seed=5)
+    x["initial_state"] = torch.randn(1, 2, 16, 16, device=DEVICE)
+    names = ["q", "k", "v", "g", "beta", "initial_state"]
+    do = torch.randn(x["v"].shape, dtype=F64, device=DEVICE)
+    dht = torch.randn(1, 2, 16, 16, dtype=F64, device=DEVICE)
+    got = _prefill_grads(gated_delta_prefill, x, names, do, dht, chunk_size=16)
+    assert calls == [3]
+    want = _prefill_grads(reference.gated_delta_rule, _f64(x), names, do, dht)
+    for nm, a, r in zip(names, got, want):
+        assert _rel(a, r) <= 5e-3, f"grad {nm}: rel {_rel(a, r):.2e}"
 
 
 # ------------------------------------------------------------------------------------------- bad input
@@ -509,6 +568,24 @@ def test_gpu_prefill_bf16(T, varlen):
     assert not o.isnan().any() and not final.isnan().any()
     assert _rel(o, o_ref) <= 5e-3
     assert _rel(final, f_ref) <= 5e-3
+
+
+@pytest.mark.gpu
+def test_gpu_segmented_prefill_bf16():
+    """One long sequence (B 1, H_v 8, T 8192: 16 scan programs) takes the segment-parallel forward on a GPU,
+    within the issue's bar of the fp32 recurrence and close to the plain fused forward."""
+    x = _prefill_inputs(1, 8192, 4, 8, 128, 128, dtype=BF16, seed=4)
+    w = torch.rand(1, 8192, 8, device=DEVICE)
+    h0 = torch.randn(1, 8, 128, 128, device=DEVICE)
+    n = prefill_segments(1, 8192, 8, 128, torch.device(DEVICE))
+    assert n > 1, "an H100-class GPU has the SM slots for segments here"
+    o, final = gated_delta_prefill(**x, initial_state=h0, output_final_state=True, write_strength=w)
+    o0, final0, _ = chunked_prefill_fwd(**x, scale=128 ** -0.5, initial_state=h0, output_final_state=True,
+                                        cu_seqlens=None, write_strength=w)
+    o_ref, f_ref = reference.gated_delta_rule(**x, initial_state=h0, output_final_state=True, write_strength=w)
+    assert not o.isnan().any() and not final.isnan().any()
+    assert _rel(o, o_ref) <= 5e-3 and _rel(final, f_ref) <= 5e-3
+    assert _rel(o, o0) <= 5e-3 and _rel(final, final0) <= 5e-3
 
 
 @pytest.mark.gpu

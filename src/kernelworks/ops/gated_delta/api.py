@@ -20,7 +20,12 @@ import torch
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
 from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked
-from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, kernel_chunk
+from kernelworks.ops.gated_delta.prefill_chunked import (
+    chunked_prefill_fwd,
+    kernel_chunk,
+    prefill_segments,
+    segmented_prefill_fwd,
+)
 from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
@@ -76,10 +81,17 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
         # the fused form: chunk inverses, then one scan that forms U and the output (no W, Ũ, U or chunk
         # state through memory). Single-stage builds of it were miscompiled on sm_90 by triton 3.6 (invalid
         # shared-memory reads, an illegal address); the 2-stage plan the GPU gets is sanitizer-clean.
-        o, final, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                              output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                                              chunk_size=chunk_size, write_strength=write_strength,
-                                              fuse_output=True)
+        # A dense batch too small to fill the GPU runs its sequences' segments in parallel.
+        n_seg = prefill_segments(q.shape[0], q.shape[1], v.shape[2], v.shape[3], v.device) if cu_seqlens is None else 1
+        if n_seg > 1:
+            o, final, saved = segmented_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                                    output_final_state=output_final_state, n_segments=n_seg,
+                                                    chunk_size=chunk_size, write_strength=write_strength)
+        else:
+            o, final, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                                  output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                                                  chunk_size=chunk_size, write_strength=write_strength,
+                                                  fuse_output=True)
         # the custom op's schema returns tensors: empty where there is none, as the fake says
         return o, (final if final is not None else no_tensor()), saved["T"], saved["G"]
     o, final = gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from kernelworks.ops._math import LOG2E
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.device import interpreter_active, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -342,13 +342,15 @@ def _state_pass_kernel(
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     STORE_HS: tl.constexpr, FUSE_O: tl.constexpr, FUSE_WY: tl.constexpr, HAS_W: tl.constexpr,
     SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr, LATE_O: tl.constexpr = False,
+    STORE_VN: tl.constexpr = True,
 ):
     """The sequential scan: per chunk ``U = Ũ − W S₀ᵀ`` ``[C, BLOCK_V]``, ``S_C = 2^{G_C} S₀ +
     (2^{G_C − G} ⊙ U)ᵀ K``; FUSE_O: ``O = scale [(2^G ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t − G_s}) U]`` too;
-    otherwise U goes to ``vn`` for K3. STORE_HS: each chunk's ``S₀`` to ``hs[coff + j]``. FUSE_WY: U from
-    K1a's T directly, ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` (one more dot a chunk), instead of from K1b's W and
-    Ũ — with FUSE_O, the forward is then K1a and this kernel, and only q, k, v, T, the gates and o cross
-    DRAM (no W, Ũ, U or chunk state round trip).
+    otherwise U goes to ``vn`` for K3 (not with STORE_VN off: a pass for the final state alone).
+    STORE_HS: each chunk's ``S₀`` to ``hs[coff + j]``. FUSE_WY: U from K1a's T directly,
+    ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` (one more dot a chunk), instead of from K1b's W and Ũ — with FUSE_O,
+    the forward is then K1a and this kernel, and only q, k, v, T, the gates and o cross DRAM (no W, Ũ, U or
+    chunk state round trip).
 
     Grid ``(cdiv(V, BLOCK_V), H_v, N)``. q, k, v, o as the public layouts, beta/w ``[B, T, H_v]`` (any
     strides); G, T, W, U, vn the K1/K2 intermediates (contiguous ``[B, T, H_v, ·]``); h0/ht ``[N, H_v, V,
@@ -456,7 +458,7 @@ def _state_pass_kernel(
             b_p = tl.where(m_p, b_qk * tl.exp2(tl.where(m_p, b_G[:, None] - b_G[None, :], 0.0)), 0.0).to(DT)
             b_o = tl.dot(b_p, b_u, b_o, input_precision=DOT_PRECISION)
             tl.store(p_o + o_t[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
-        else:
+        elif STORE_VN:
             tl.store(p_vn + o_t[:, None] * (H_V * V) + o_v[None, :], b_u, mask=m_tv)
 
         # S_Cᵀ = 2^{G_C} S₀ᵀ + Kᵀ (2^{G_C − G} ⊙ U) (rows past the end: U = 0, exponent zeroed: no inf · 0)
@@ -647,7 +649,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         write_strength: torch.Tensor | None = None, fuse_output: bool = True,
                         store_states: bool = False, need_output: bool = True, wy_in_scan: bool = False,
                         states_dtype: torch.dtype | None = None,
-                        inverses: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        inverses: tuple[torch.Tensor, torch.Tensor] | None = None, final_only: bool = False,
                         ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
     """The chunk-parallel forward (inputs validated by the caller, as for ``gated_delta_prefill_fwd``).
 
@@ -667,6 +669,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             input dtype where only K3 reads them (the plan's ``hs_16bit``).
         inverses: ``(T, G)`` as an earlier call on the same inputs saved them (``saved["T"]``,
             ``saved["G"]``): K1a is then skipped (a backward reusing its forward's chunk inverses).
+        final_only: the scan alone, storing nothing but the final state (no o, U or chunk states; U formed
+            from T; with ``output_final_state``): the segment transitions of :func:`segmented_prefill_fwd`.
 
     Returns:
         ``(o, final_state, saved)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]``
@@ -679,6 +683,10 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         chunk unwritten) or None, ``v_new`` ``[B, T, H_v, V]`` (input dtype, ``U = Ũ − W S₀ᵀ``) or None
         when fused, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense: ``n · cdiv(T, C)``).
     """
+    if final_only:
+        if not output_final_state:
+            raise ValueError("final_only=True requires output_final_state=True")
+        fuse_output, need_output, wy_in_scan, store_states = False, False, True, False
     if fuse_output and not need_output:
         raise ValueError("need_output=False requires fuse_output=False (the fused scan computes o anyway)")
     B, T, H_qk, K = q.shape
@@ -735,14 +743,14 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
     o = empty((B, T, H_v, V), dtype=dt, device=dev)
     ht = empty((n_seq, H_v, V, K) if output_final_state else (0,), dtype=torch.float32, device=dev)
-    keep_h = store_states or not fuse_output
+    keep_h = store_states or not (fuse_output or final_only)
     # the chunk-start states K3 reads: fp32, or (plan.hs_16bit, when only K3 needs them) rounded to the
     # input dtype — half the bytes of K2's stores and K3's loads, the output's Q S₀ᵀ term then as fla has it
     hs_16 = plan.hs_16bit and need_output and not store_states and not fuse_output
     if states_dtype is None:
         states_dtype = dt if hs_16 else torch.float32
     hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=states_dtype, device=dev)
-    vn = empty((B, T, H_v, V) if not fuse_output else (0,), dtype=dt, device=dev)
+    vn = empty((B, T, H_v, V) if not (fuse_output or final_only) else (0,), dtype=dt, device=dev)
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
     launch(_state_pass_kernel, (n_v, H_v, n_seq),
@@ -756,7 +764,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
            IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
            STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy, HAS_W=write_strength is not None,
            SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
-           DOT_PRECISION=precision, LATE_O=plan.late_out)
+           DOT_PRECISION=precision, LATE_O=plan.late_out, STORE_VN=not final_only)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
                q, k, G, hs, vn, cs, ce, o,
@@ -767,5 +775,97 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not fp32 and hs.dtype == torch.float32,
                DOT_PRECISION=precision)
     saved = {"chunk": chunk, "G": G, "T": Tm, "W": None if fuse_wy else W, "U_tilde": None if fuse_wy else U,
-             "h": hs if keep_h else None, "v_new": vn if not fuse_output else None, "chunk_offsets": coff}
+             "h": hs if keep_h else None, "v_new": vn if not (fuse_output or final_only) else None,
+             "chunk_offsets": coff}
     return (o if need_output else None), (ht if output_final_state else None), saved
+
+
+# ------------------------------------------------------------------------------ segment-parallel scan
+
+SEGMENT_MIN_CHUNKS = 16
+"""The shortest segment :func:`prefill_segments` makes (chunks): below it the transitions' pass and the
+combine steps cost more than the shorter scan saves."""
+SEGMENT_MAX = 16
+"""The most segments: the start states are combined one segment boundary (one launch) at a time."""
+
+
+def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device) -> int:
+    """How many segments the dense 16-bit forward splits each sequence into on ``device`` (1: none). The
+    scan runs one program per (sequence, value head, 64-row V block), two per SM (:func:`scan_slots`); a
+    batch with fewer programs than a third of the slots leaves SMs idle while each program walks ``T / 64``
+    chunks in series (B 1, H 16, T 32k: 32 programs for 264 slots). Segments fill the slots: as many as
+    fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at most :data:`SEGMENT_MAX`, and only when there are
+    three or more (two barely pay for the transitions' pass)."""
+    n = min(scan_slots(device) // (batch * H_v * cdiv(V, 64)), cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS,
+            SEGMENT_MAX)
+    return n if n >= 3 else 1
+
+
+def scan_slots(device: torch.device) -> int:
+    """Scan programs the GPU holds at once: two per SM (4 warps at 255 registers); 0 in the interpreter and
+    on the CPU (no segments there)."""
+    if interpreter_active() or device.type != "cuda":
+        return 0
+    return 2 * sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                          *, scale: float, initial_state: torch.Tensor | None, output_final_state: bool,
+                          n_segments: int, chunk_size: int = 64, write_strength: torch.Tensor | None = None,
+                          ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+    """The dense forward with each sequence cut into ``n_segments`` chunk-aligned segments whose scans run
+    in parallel (the fused forward's result up to rounding; for batches too small to fill the GPU).
+
+    The state map of a segment is affine, ``S_end = S_start A + B`` (each row of S evolves on its own):
+    B is the segment's final state from a zero state, A ``[K, K]`` its final state from the identity with
+    v = 0. Three passes, every segment a sequence of one packed (varlen) batch: the transitions (two
+    state-only scans: :func:`chunked_prefill_fwd` with ``final_only``), the starts ``S_{j+1} = S_j A_j +
+    B_j`` (fp32 matmuls, segments in order), then the fused forward of every segment from its start. The
+    chunk inverses are computed once (segments start on chunk boundaries, so they are the dense ones).
+
+    Inputs as :func:`chunked_prefill_fwd` (dense: ``cu_seqlens`` None; 16-bit q/k/v). Returns ``(o,
+    final_state, saved)`` with ``saved`` holding ``chunk``, ``T`` ``[B, T, H_v, C]`` and ``G`` ``[B, T,
+    H_v]`` (what the backward reuses)."""
+    B, T, _, K = q.shape
+    H_v, V = v.shape[2], v.shape[3]
+    dev = v.device
+    chunk = kernel_chunk(chunk_size)
+    seg_chunks = cdiv(cdiv(T, chunk), n_segments)
+    n_seg = cdiv(cdiv(T, chunk), seg_chunks)
+    seg_len = seg_chunks * chunk
+    starts = (torch.arange(B, device=dev)[:, None] * T + torch.arange(n_seg, device=dev)[None, :] * seg_len)
+    cu = torch.cat([starts.flatten(), torch.tensor([B * T], device=dev)]).to(torch.int32)
+
+    def packed(x: torch.Tensor | None) -> torch.Tensor | None:  # [B, T, ...] → one packed row [1, B·T, ...]
+        return None if x is None else x.reshape(1, B * T, *x.shape[2:])
+
+    q1, k1, v1, g1, b1, w1 = (packed(x) for x in (q, k, v, g, beta, write_strength))
+    # 1. transitions: B_j from a zero state (computes the chunk inverses), A_j from the identity with v = 0
+    _, seg_b, saved = chunked_prefill_fwd(q1, k1, v1, g1, b1, scale=scale, initial_state=None,
+                                          output_final_state=True, cu_seqlens=cu, chunk_size=chunk_size,
+                                          write_strength=w1, final_only=True)
+    inverses = (saved["T"], saved["G"])
+    zero_v = torch.zeros((1, 1, 1, K), dtype=v.dtype, device=dev).expand(1, B * T, H_v, K)
+    eye = torch.eye(K, device=dev).expand(B * n_seg, H_v, K, K).contiguous()
+    _, seg_a, _ = chunked_prefill_fwd(q1, k1, zero_v, g1, b1, scale=scale, initial_state=eye,
+                                      output_final_state=True, cu_seqlens=cu, chunk_size=chunk_size,
+                                      final_only=True, inverses=inverses)
+    # 2. every segment's start state, in order: one fp32 batched matmul-add per segment boundary
+    seg_a = seg_a.view(B, n_seg, H_v, K, K).transpose(0, 1).reshape(n_seg, B * H_v, K, K)
+    seg_b = seg_b.view(B, n_seg, H_v, V, K).transpose(0, 1).reshape(n_seg, B * H_v, V, K)
+    start = torch.empty((n_seg, B * H_v, V, K), dtype=torch.float32, device=dev)
+    if initial_state is not None:
+        start[0] = initial_state.view(B * H_v, V, K)
+    else:
+        start[0].zero_()
+    for j in range(n_seg - 1):
+        torch.baddbmm(seg_b[j], start[j], seg_a[j], out=start[j + 1])
+    start = start.view(n_seg, B, H_v, V, K).transpose(0, 1).reshape(B * n_seg, H_v, V, K)
+    # 3. the fused forward of every segment
+    o, final, _ = chunked_prefill_fwd(q1, k1, v1, g1, b1, scale=scale, initial_state=start,
+                                      output_final_state=output_final_state, cu_seqlens=cu, chunk_size=chunk_size,
+                                      write_strength=w1, inverses=inverses)
+    if final is not None:
+        final = final.view(B, n_seg, H_v, V, K)[:, -1].contiguous()
+    saved = {"chunk": saved["chunk"], "T": saved["T"].view(B, T, H_v, -1), "G": saved["G"].view(B, T, H_v)}
+    return o.view(B, T, H_v, V), final, saved

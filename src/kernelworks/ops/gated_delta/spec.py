@@ -263,6 +263,8 @@ def _prefill_bench_cases() -> list[Case]:
     # equal tokens (32768) in 8 mixed lengths: the varlen target (within 10% of the dense b8-t4096)
     out.append(case("varlen8-32k-h16", _BF16, seqlens=(1000, 7000, 3000, 5000, 2000, 6000, 4000, 4768),
                     hq=16, hv=16, K=128, V=128, tags=("gpu",)))
+    # equal tokens in one sequence: 32 scan programs alone would leave most SMs idle (segment-parallel scan)
+    out.append(case("b1-t32768-h16", _BF16, batch=1, T=32768, hq=16, hv=16, K=128, V=128, tags=("gpu",)))
     return out
 
 
