@@ -29,6 +29,7 @@ dev, DT = ("cpu", torch.float16) if args.smoke else ("cuda", torch.bfloat16)
 D = 16 if args.smoke else 128
 SHAPES = {  # (B, T, H_qk, H_v)
     "B1-T8192-H16": (1, 8192, 16, 16),
+    "B1-T16384-H16": (1, 16384, 16, 16),
     "B1-T32768-H16": (1, 32768, 16, 16),
     "B1-T65536-H16": (1, 65536, 16, 16),
     "B1-T32768-H32(qk16)": (1, 32768, 16, 32),

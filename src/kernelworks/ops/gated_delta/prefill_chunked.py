@@ -650,6 +650,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         store_states: bool = False, need_output: bool = True, wy_in_scan: bool = False,
                         states_dtype: torch.dtype | None = None,
                         inverses: tuple[torch.Tensor, torch.Tensor] | None = None, final_only: bool = False,
+                        chunk_tables: tuple | None = None,
                         ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
     """The chunk-parallel forward (inputs validated by the caller, as for ``gated_delta_prefill_fwd``).
 
@@ -671,6 +672,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             ``saved["G"]``): K1a is then skipped (a backward reusing its forward's chunk inverses).
         final_only: the scan alone, storing nothing but the final state (no o, U or chunk states; U formed
             from T; with ``output_final_state``): the segment transitions of :func:`segmented_prefill_fwd`.
+        chunk_tables: varlen only, ``_varlen_chunks(cu_seqlens, C, T)`` as an earlier call made it (host
+            time: calls on one packed batch share it).
 
     Returns:
         ``(o, final_state, saved)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]``
@@ -705,7 +708,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         slots_per_row = nt
     else:
         nt = 0
-        coff, cs, ce, n_slots = _varlen_chunks(cu_seqlens, chunk, T)
+        coff, cs, ce, n_slots = chunk_tables if chunk_tables is not None else _varlen_chunks(cu_seqlens, chunk, T)
         cu, coff_arg = cu_seqlens, coff
         slots_per_row = n_slots
 
@@ -833,8 +836,11 @@ def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     seg_chunks = cdiv(cdiv(T, chunk), n_segments)
     n_seg = cdiv(cdiv(T, chunk), seg_chunks)
     seg_len = seg_chunks * chunk
-    starts = (torch.arange(B, device=dev)[:, None] * T + torch.arange(n_seg, device=dev)[None, :] * seg_len)
-    cu = torch.cat([starts.flatten(), torch.tensor([B * T], device=dev)]).to(torch.int32)
+    # segment i of the packed batch starts at (i // n_seg)·T + (i % n_seg)·seg_len; i = B·n_seg gives B·T
+    # (built on the device: no host-to-device copy, which would wait for the stream)
+    i = torch.arange(B * n_seg + 1, device=dev, dtype=torch.int32)
+    cu = torch.minimum((i // n_seg) * T + (i % n_seg) * seg_len, ((i // n_seg) + 1) * T)
+    tables = _varlen_chunks(cu, chunk, B * T)
 
     def packed(x: torch.Tensor | None) -> torch.Tensor | None:  # [B, T, ...] → one packed row [1, B·T, ...]
         return None if x is None else x.reshape(1, B * T, *x.shape[2:])
@@ -843,13 +849,13 @@ def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     # 1. transitions: B_j from a zero state (computes the chunk inverses), A_j from the identity with v = 0
     _, seg_b, saved = chunked_prefill_fwd(q1, k1, v1, g1, b1, scale=scale, initial_state=None,
                                           output_final_state=True, cu_seqlens=cu, chunk_size=chunk_size,
-                                          write_strength=w1, final_only=True)
+                                          write_strength=w1, final_only=True, chunk_tables=tables)
     inverses = (saved["T"], saved["G"])
     zero_v = torch.zeros((1, 1, 1, K), dtype=v.dtype, device=dev).expand(1, B * T, H_v, K)
     eye = torch.eye(K, device=dev).expand(B * n_seg, H_v, K, K).contiguous()
     _, seg_a, _ = chunked_prefill_fwd(q1, k1, zero_v, g1, b1, scale=scale, initial_state=eye,
                                       output_final_state=True, cu_seqlens=cu, chunk_size=chunk_size,
-                                      final_only=True, inverses=inverses)
+                                      final_only=True, inverses=inverses, chunk_tables=tables)
     # 2. every segment's start state, in order: one fp32 batched matmul-add per segment boundary
     seg_a = seg_a.view(B, n_seg, H_v, K, K).transpose(0, 1).reshape(n_seg, B * H_v, K, K)
     seg_b = seg_b.view(B, n_seg, H_v, V, K).transpose(0, 1).reshape(n_seg, B * H_v, V, K)
@@ -864,7 +870,7 @@ def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     # 3. the fused forward of every segment
     o, final, _ = chunked_prefill_fwd(q1, k1, v1, g1, b1, scale=scale, initial_state=start,
                                       output_final_state=output_final_state, cu_seqlens=cu, chunk_size=chunk_size,
-                                      write_strength=w1, inverses=inverses)
+                                      write_strength=w1, inverses=inverses, chunk_tables=tables)
     if final is not None:
         final = final.view(B, n_seg, H_v, V, K)[:, -1].contiguous()
     saved = {"chunk": saved["chunk"], "T": saved["T"].view(B, T, H_v, -1), "G": saved["G"].view(B, T, H_v)}
