@@ -263,16 +263,17 @@ def test_segmented_prefill_matches_plain_and_reference(n_segments):
 
 
 def test_prefill_segment_count(monkeypatch):
-    """Segments only where the scan leaves SM slots idle: as many as fit (264 slots: an H100), at least 16
-    chunks each, at most 16, three or more; none in the interpreter."""
-    assert prefill_segments(1, 32768, 16, 128, torch.device(DEVICE)) == 1   # interpreter / CPU: no slots
+    """Segments only where the scan leaves SM slots idle and the sequence is long: as many as fit (264
+    slots: an H100), at least 128 chunks each, at most 16, three or more; none in the interpreter."""
+    assert prefill_segments(1, 65536, 16, 128, torch.device(DEVICE)) == 1   # interpreter / CPU: no slots
     monkeypatch.setattr(prefill_chunked, "scan_slots", lambda device: 264)
     count = functools.partial(prefill_segments, device=torch.device(DEVICE))
-    assert count(1, 32768, 16, 128) == 8       # 32 programs: 8 segments fill the slots
-    assert count(1, 32768, 4, 128) == 16       # capped
-    assert count(1, 2048, 16, 128) == 1        # 32 chunks: two segments of 16 would not pay
-    assert count(8, 4096, 16, 128) == 1        # the benchmark batch fills the GPU already
-    assert count(2, 4096, 8, 128) == 4         # 64 chunks: segments of 16
+    assert count(1, 32768, 16, 128) == 4       # 512 chunks: four segments of 128
+    assert count(1, 65536, 16, 128) == 8       # 32 programs: 8 segments fill the slots
+    assert count(1, 1 << 21, 4, 128) == 16     # capped
+    assert count(1, 16384, 16, 128) == 1       # two segments would not pay
+    assert count(8, 65536, 16, 128) == 1       # the benchmark batch fills the GPU already
+    assert count(1, 32768, 32, 128) == 4       # 64 programs: 4 segments
 
 
 def test_prefill_api_takes_segments_forward_and_backward(monkeypatch):
@@ -572,14 +573,15 @@ def test_gpu_prefill_bf16(T, varlen):
 
 @pytest.mark.gpu
 def test_gpu_segmented_prefill_bf16():
-    """One long sequence (B 1, H_v 8, T 8192: 16 scan programs) takes the segment-parallel forward on a GPU,
-    within the issue's bar of the fp32 recurrence and close to the plain fused forward."""
+    """The segment-parallel forward on a GPU (B 1, H_v 8, T 8192 in 4 segments; h0, write strength): within
+    the issue's bar of the fp32 recurrence and close to the plain fused forward. A B 1 H 16 T 32k batch
+    takes it through the public op there."""
+    assert prefill_segments(1, 32768, 16, 128, torch.device(DEVICE)) > 1, "no SM slots for segments"
     x = _prefill_inputs(1, 8192, 4, 8, 128, 128, dtype=BF16, seed=4)
     w = torch.rand(1, 8192, 8, device=DEVICE)
     h0 = torch.randn(1, 8, 128, 128, device=DEVICE)
-    n = prefill_segments(1, 8192, 8, 128, torch.device(DEVICE))
-    assert n > 1, "an H100-class GPU has the SM slots for segments here"
-    o, final = gated_delta_prefill(**x, initial_state=h0, output_final_state=True, write_strength=w)
+    o, final, _ = segmented_prefill_fwd(**x, scale=128 ** -0.5, initial_state=h0, output_final_state=True,
+                                        n_segments=4, write_strength=w)
     o0, final0, _ = chunked_prefill_fwd(**x, scale=128 ** -0.5, initial_state=h0, output_final_state=True,
                                         cu_seqlens=None, write_strength=w)
     o_ref, f_ref = reference.gated_delta_rule(**x, initial_state=h0, output_final_state=True, write_strength=w)

@@ -785,9 +785,11 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
 # ------------------------------------------------------------------------------ segment-parallel scan
 
-SEGMENT_MIN_CHUNKS = 16
-"""The shortest segment :func:`prefill_segments` makes (chunks): below it the transitions' pass and the
-combine steps cost more than the shorter scan saves."""
+SEGMENT_MIN_CHUNKS = 128
+"""The shortest segment :func:`prefill_segments` makes (chunks; 8192 tokens). The segmented forward makes
+~60 small launches and torch ops, ~2 ms of host time on the H100's host, so it pays only where the plain
+scan is longer (H100, ``sweeps/gated_delta_segments.json``: B 1 H 16, T 32k 2.55 → 1.79 ms in 4 segments,
+T 64k 5.09 → 2.50 ms in 8; at T 16k and below the plain forward is faster)."""
 SEGMENT_MAX = 16
 """The most segments: the start states are combined one segment boundary (one launch) at a time."""
 
@@ -798,7 +800,7 @@ def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device)
     batch with fewer programs than a third of the slots leaves SMs idle while each program walks ``T / 64``
     chunks in series (B 1, H 16, T 32k: 32 programs for 264 slots). Segments fill the slots: as many as
     fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at most :data:`SEGMENT_MAX`, and only when there are
-    three or more (two barely pay for the transitions' pass)."""
+    three or more (two barely pay for the transitions' pass: ``sweeps/gated_delta_segments.json``)."""
     n = min(scan_slots(device) // (batch * H_v * cdiv(V, 64)), cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS,
             SEGMENT_MAX)
     return n if n >= 3 else 1
