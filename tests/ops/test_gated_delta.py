@@ -243,7 +243,6 @@ def test_prefill_strided_inputs_and_no_final_state():
     torch.testing.assert_close(o.double(), o_ref, atol=3e-5, rtol=1e-5)
 
 
-
 @pytest.mark.parametrize("n_segments", [3, 5])
 def test_segmented_prefill_matches_plain_and_reference(n_segments):
     """Segments scanned in parallel (transitions, starts combined, fused forward per segment) give the plain

@@ -838,10 +838,11 @@ def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     seg_chunks = cdiv(cdiv(T, chunk), n_segments)
     n_seg = cdiv(cdiv(T, chunk), seg_chunks)
     seg_len = seg_chunks * chunk
-    # segment i of the packed batch starts at (i // n_seg)·T + (i % n_seg)·seg_len; i = B·n_seg gives B·T
-    # (built on the device: no host-to-device copy, which would wait for the stream)
+    # segment i of the packed batch starts at (i // n_seg)·T + (i % n_seg)·seg_len (< its row's end: n_seg
+    # segments of seg_len cover T with the last one short); i = B·n_seg gives B·T. Built on the device: a
+    # host-to-device copy would wait for the stream.
     i = torch.arange(B * n_seg + 1, device=dev, dtype=torch.int32)
-    cu = torch.minimum((i // n_seg) * T + (i % n_seg) * seg_len, ((i // n_seg) + 1) * T)
+    cu = (i // n_seg) * T + (i % n_seg) * seg_len
     tables = _varlen_chunks(cu, chunk, B * T)
 
     def packed(x: torch.Tensor | None) -> torch.Tensor | None:  # [B, T, ...] → one packed row [1, B·T, ...]
