@@ -30,6 +30,7 @@ from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill,
 from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E402
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
+from kernelworks.runtime.indices import set_validation, validation  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
 from kernelworks.workbench import bench, check  # noqa: E402
 
@@ -64,7 +65,9 @@ __all__ = [
     "register",
     "registry",
     "rms_norm",
+    "set_validation",
     "silu",
     "softmax",
     "swiglu",
+    "validation",
 ]

@@ -104,3 +104,16 @@ def sm_count(device_index: int = 0) -> int:
     if not torch.cuda.is_available():
         return 132
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def interpreter_dot_operand(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a kernel that feeds it to ``tl.dot`` should read it: upcast to float32 when it is bfloat16
+    and kernels run in the interpreter, unchanged otherwise.
+
+    Triton's interpreter computes ``tl.dot`` on bfloat16 operands wrongly (numpy has no bfloat16, and the
+    emulation returns values off by orders of magnitude), so every op whose kernels call ``tl.dot`` passes
+    its bf16 operands through this on the way in and stores in the caller's dtype on the way out. On a GPU
+    it costs one dtype compare."""
+    if t.dtype == torch.bfloat16 and interpreter_active():
+        return t.float()
+    return t
