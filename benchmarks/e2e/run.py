@@ -1,0 +1,208 @@
+"""End-to-end model benchmarks: every variant of every job in its own process, same weights, same data, one run.
+
+    python benchmarks/e2e/run.py [--jobs llama3-8b-train,small-train,decode] [--out-dir DIR]   # on a GPU
+    python benchmarks/e2e/run.py --plot benchmarks/results/<gpu>/e2e/e2e.json                 # table + plot only
+
+Writes ``<out-dir>/e2e.json`` (GPU, torch/triton/transformers versions, commit, every variant's result) and
+prints the table; ``--plot`` renders ``benchmarks/plots/<gpu>/e2e.png`` and the Markdown table from a results
+file. Jobs:
+
+- ``llama3-8b-train``: a training step (forward, backward, AdamW) of the Llama-3-8B-shaped model (2 layers,
+  vocab 128256, 2 × 4096 tokens): HF eager, torch.compile, Liger, kernelworks eager and compiled.
+- ``small-train``: the small Llama (hidden 1024, 4 layers, 8 × 1024 tokens), 50 steps: the loss curves of HF
+  eager and kernelworks eager, plus torch.compile and CUDA graphs (``reduce-overhead``) of both.
+- ``qwen3-train``: the Qwen3-8B-shaped model, HF eager, torch.compile, kernelworks eager and compiled.
+- ``decode``: greedy ``generate`` of 128 tokens at batch 1 and 32 on the Llama-3-8B-shaped model, HF eager and
+  kernelworks eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+JOBS: dict[str, list[dict]] = {
+    "llama3-8b-train": [dict(model="llama3-8b-2l", variant=v) for v in
+                        ("hf-eager", "hf-compile", "liger", "kw-eager", "kw-compile")],
+    "small-train": [dict(model="llama-small", variant=v, steps=50 if v.endswith("eager") else 20) for v in
+                    ("hf-eager", "kw-eager", "hf-compile", "hf-graphs", "kw-graphs")],
+    "qwen3-train": [dict(model="qwen3-8b-2l", variant=v) for v in
+                    ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
+    "decode": [dict(model="llama3-8b-2l", variant=v, task="decode", batch=b) for b in (1, 32)
+               for v in ("hf-eager", "kw-eager")],
+}
+
+
+def _environment() -> dict:
+    import torch
+    import transformers
+    import triton
+
+    from kernelworks.bench.results import git_commit
+
+    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
+            "commit": git_commit(ROOT), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _weights(model: str, folder: Path) -> Path:
+    import torch
+    from models import MODELS, build
+
+    path = folder / f"{model}.pt"
+    if not path.exists():
+        torch.manual_seed(0)
+        torch.save(build(MODELS[model]).state_dict(), path)
+    return path
+
+
+def run(jobs: list[str], out_dir: Path, deadline_s: float) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_path = out_dir / "e2e.json"
+    doc = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
+    doc["environment"] = _environment()
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    start = time.time()
+    for job in jobs:
+        for item in JOBS[job]:
+            left = deadline_s - (time.time() - start)
+            if left < 30:
+                print(f"skipped {job} {item}: out of time", flush=True)
+                continue
+            weights = _weights(item["model"], tmp)
+            out = tmp / f"e2e-{job}-{item['variant']}-{item.get('batch', 0)}.json"
+            cmd = [sys.executable, str(HERE / "step.py"), "--model", item["model"], "--variant", item["variant"],
+                   "--weights", str(weights), "--out", str(out), "--task", item.get("task", "train")]
+            for key in ("steps", "batch"):
+                if key in item:
+                    cmd += [f"--{key}", str(item[key])]
+            t0 = time.time()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+                ok = proc.returncode == 0 and out.exists()
+                err = "" if ok else (proc.stderr or proc.stdout)[-1500:]
+            except subprocess.TimeoutExpired:
+                ok, err = False, "timed out"
+            row = json.loads(out.read_text()) if ok else {**item, "task": item.get("task", "train"), "error": err}
+            row["job"], row["wall_s"] = job, round(time.time() - t0, 1)
+            doc["runs"] = [r for r in doc["runs"] if (r["job"], r["variant"], r.get("batch")) !=
+                           (job, item["variant"], row.get("batch"))] + [row]
+            results_path.write_text(json.dumps(doc, indent=1) + "\n")
+            print(f"{job:16s} {item['variant']:11s} {'ok' if ok else 'FAILED'} {row['wall_s']:6.1f}s "
+                  f"{_headline(row)}", flush=True)
+            if not ok:
+                print(err, flush=True)
+    return results_path
+
+
+def _headline(row: dict) -> str:
+    if "error" in row:
+        return ""
+    if row["task"] == "decode":
+        return f"{row['tokens_per_s']:.0f} tok/s (batch {row['batch']})"
+    return f"{row['step_ms']:.1f} ms/step, peak {row['peak_gb']:.1f} GB, last loss {row['losses'][-1]:.4f}"
+
+
+def table(doc: dict) -> str:
+    """Markdown: each job's variants with time, ratio to each baseline, memory; the loss-curve gap."""
+    lines = []
+    runs = [r for r in doc["runs"] if "error" not in r]
+    for job in dict.fromkeys(r["job"] for r in doc["runs"]):
+        rows = [r for r in runs if r["job"] == job]
+        failed = [r["variant"] for r in doc["runs"] if r["job"] == job and "error" in r]
+        if not rows:
+            continue
+        if rows[0]["task"] == "decode":
+            lines += [f"\n**{job}** ({rows[0]['model']})\n", "| batch | variant | tokens/s | × HF eager |",
+                      "|---|---|---|---|"]
+            for r in rows:
+                base = next((b for b in rows if b["variant"] == "hf-eager" and b["batch"] == r["batch"]), None)
+                ratio = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}" if base else "—"
+                lines.append(f"| {r['batch']} | {r['variant']} | {r['tokens_per_s']:.0f} | {ratio} |")
+        else:
+            base = {r["variant"]: r["step_ms"] for r in rows}
+            cols = [b for b in ("hf-eager", "hf-compile", "liger") if b in base]
+            lines += [f"\n**{job}** ({rows[0]['model']}, {rows[0]['tokens_per_step']} tokens a step)\n",
+                      "| variant | ms / step | " + " | ".join(f"× {c}" for c in cols) + " | peak GB |",
+                      "|---|---|" + "---|" * len(cols) + "---|"]
+            for r in rows:
+                ratios = " | ".join(f"{base[c] / r['step_ms']:.2f}" for c in cols)
+                lines.append(f"| {r['variant']} | {r['step_ms']:.1f} | {ratios} | {r['peak_gb']:.1f} |")
+            hf, kw = base.get("hf-eager"), next((r for r in rows if r["variant"] == "kw-eager"), None)
+            ref = next((r for r in rows if r["variant"] == "hf-eager"), None)
+            if hf and kw and ref:
+                n = min(len(ref["losses"]), len(kw["losses"]))
+                gap = max(abs(a - b) for a, b in zip(ref["losses"][:n], kw["losses"][:n]))
+                lines.append(f"\nLoss curve, kw-eager against hf-eager over {n} steps: max |Δloss| = {gap:.2e}")
+        if failed:
+            lines.append(f"\nFailed: {', '.join(failed)}")
+    return "\n".join(lines)
+
+
+def plot(doc: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in doc["runs"] if "error" not in r]
+    train_jobs = [j for j in dict.fromkeys(r["job"] for r in runs) if runs and
+                  next(r for r in runs if r["job"] == j)["task"] == "train"]
+    fig, axes = plt.subplots(1, len(train_jobs) + 1, figsize=(5 * (len(train_jobs) + 1), 4))
+    axes = list(axes) if len(train_jobs) else [axes]
+    for ax, job in zip(axes, train_jobs):
+        rows = [r for r in runs if r["job"] == job]
+        ax.barh([r["variant"] for r in rows], [r["step_ms"] for r in rows],
+                color=["tab:orange" if r["variant"].startswith("kw") else "tab:gray" for r in rows])
+        ax.set_xlabel("ms per training step (lower is better)")
+        ax.set_title(f"{job} ({rows[0]['model']})")
+    ax = axes[-1]
+    for r in runs:
+        if r["task"] == "train" and r["variant"] in ("hf-eager", "kw-eager") and r["job"] == "small-train":
+            ax.plot(r["losses"], label=r["variant"])
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("loss curves, small-train")
+    ax.legend()
+    fig.suptitle(f"{doc['environment'].get('gpu')} · torch {doc['environment'].get('torch')} · "
+                 f"triton {doc['environment'].get('triton')}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results/<gpu>/e2e")
+    ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole run")
+    ap.add_argument("--plot", type=Path, default=None, help="only render a results file")
+    args = ap.parse_args()
+    if args.plot:
+        doc = json.loads(args.plot.read_text())
+    else:
+        import torch
+
+        from kernelworks.bench.results import gpu_slug
+
+        out_dir = args.out_dir or ROOT / "benchmarks" / "results" / gpu_slug(torch.cuda.get_device_name()) / "e2e"
+        doc = json.loads(run(args.jobs.split(","), out_dir, args.deadline).read_text())
+    from kernelworks.bench.results import gpu_slug
+
+    print(table(doc))
+    png = plot(doc, ROOT / "benchmarks" / "plots" / gpu_slug(doc["environment"].get("gpu")) / "e2e.png")
+    print(f"\nplot: {png.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Host time of one eager call, kernelworks against the equivalent torch call, at small shapes.
+
+    python benchmarks/host_time.py [--out F.json] [--calls 300]        # on a GPU
+
+Host time is what the Python thread spends issuing a call: ``--calls`` calls back to back with no sync, the
+wall time divided by the calls (the GPU runs each small kernel in a few µs, faster than the host issues them,
+so the launch queue never fills and the wall time is the host's). Median of 5 such batches, after warm-up.
+Two modes: ``infer`` (no autograd graph) and ``train`` (inputs require grad: the autograd path). The issue's
+target: every op at most 1.5× its torch equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the name torch code uses
+
+import kernelworks as kw
+
+
+def _host_us(fn: Callable[[], object], calls: int) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    batches = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        batches.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(batches)
+
+
+def cases(train: bool) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    dev, dt = "cuda", torch.bfloat16
+
+    def t(*shape: int, grad: bool = train, dtype: torch.dtype = dt) -> torch.Tensor:
+        return torch.randn(*shape, device=dev, dtype=dtype).requires_grad_(grad)
+
+    x, r, w, b = t(1, 4096), t(1, 4096), t(4096), t(4096)
+    gate, up = t(1, 4096), t(1, 4096)
+    logits, target = t(4, 32000), torch.randint(0, 32000, (4,), device=dev)
+    a, wt = t(16, 4096), t(4096, 4096)
+    q, k, v = t(1, 128, 8, 128), t(1, 128, 8, 128), t(1, 128, 8, 128)
+    qs, ks, vs = (z.transpose(1, 2) for z in (q, k, v))
+    out = {
+        "rms_norm": (lambda: kw.rms_norm(x, w), lambda: F.rms_norm(x, (4096,), w, 1e-6)),
+        "rms_norm+residual": (lambda: kw.rms_norm(x, w, residual=r), lambda: F.rms_norm(x + r, (4096,), w, 1e-6)),
+        "layer_norm": (lambda: kw.layer_norm(x, w, b), lambda: F.layer_norm(x, (4096,), w, b)),
+        "softmax": (lambda: kw.softmax(x), lambda: torch.softmax(x, -1)),
+        "silu": (lambda: kw.silu(x), lambda: F.silu(x)),
+        "gelu": (lambda: kw.gelu(x), lambda: F.gelu(x)),
+        "swiglu": (lambda: kw.swiglu(gate, up), lambda: F.silu(gate) * up),
+        "cross_entropy": (lambda: kw.cross_entropy(logits, target), lambda: F.cross_entropy(logits, target)),
+        "matmul 16x4096x4096": (lambda: kw.matmul(a, wt), lambda: a @ wt),
+        "flash_attention 1x128x8x128": (lambda: kw.flash_attention(q, k, v, causal=True),
+                                        lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)),
+    }
+    if hasattr(kw, "rotary_embedding"):
+        cos, sin = torch.randn(1, 128, 128, device=dev, dtype=dt), torch.randn(1, 128, 128, device=dev, dtype=dt)
+
+        def hf_rope() -> object:
+            c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+
+            def rot(z: torch.Tensor) -> torch.Tensor:
+                return torch.cat((-z[..., 64:], z[..., :64]), -1)
+
+            return qs * c + rot(qs) * s, ks * c + rot(ks) * s
+
+        out["rotary_embedding"] = (lambda: kw.rotary_embedding(qs, ks, cos, sin), hf_rope)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--calls", type=int, default=300)
+    args = ap.parse_args()
+    rows = []
+    for mode in ("infer", "train"):
+        with torch.set_grad_enabled(mode == "train"):
+            for name, (ours, theirs) in cases(mode == "train").items():
+                try:
+                    k_us, t_us = _host_us(ours, args.calls), _host_us(theirs, args.calls)
+                    rows.append({"op": name, "mode": mode, "kernelworks_us": k_us, "torch_us": t_us,
+                                 "ratio": k_us / t_us})
+                except Exception as e:  # one op's failure must not hide the other numbers
+                    rows.append({"op": name, "mode": mode, "error": f"{type(e).__name__}: {e}"[:200]})
+    import triton
+
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "rows": rows}
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{'op':30s} {'mode':6s} {'kw µs':>8s} {'torch µs':>9s} {'ratio':>6s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['op']:30s} {r['mode']:6s} ERROR {r['error']}")
+        else:
+            print(f"{r['op']:30s} {r['mode']:6s} {r['kernelworks_us']:8.1f} {r['torch_us']:9.1f} {r['ratio']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
