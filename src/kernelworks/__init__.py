@@ -29,6 +29,7 @@ from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entr
 from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill, gated_delta_reference  # noqa: E402
 from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E402
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
+from kernelworks.ops.rotary import rotary_embedding  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
 from kernelworks.runtime.indices import set_validation, validation  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
@@ -65,6 +66,7 @@ __all__ = [
     "register",
     "registry",
     "rms_norm",
+    "rotary_embedding",
     "set_validation",
     "silu",
     "softmax",
