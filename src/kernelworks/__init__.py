@@ -31,6 +31,7 @@ from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E40
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.rotary import rotary_embedding  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
+from kernelworks.patch import patch, unpatch  # noqa: E402
 from kernelworks.runtime.indices import set_validation, validation  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
 from kernelworks.workbench import bench, check  # noqa: E402
@@ -63,6 +64,7 @@ __all__ = [
     "log_softmax",
     "matmul",
     "nn",
+    "patch",
     "register",
     "registry",
     "rms_norm",
@@ -71,5 +73,6 @@ __all__ = [
     "silu",
     "softmax",
     "swiglu",
+    "unpatch",
     "validation",
 ]

@@ -1,0 +1,233 @@
+"""``kernelworks.patch(model)`` / ``kernelworks.unpatch(model)``: Hugging Face transformers models onto the
+public ops, in place.
+
+A patched module keeps its object, parameters and buffers (state_dict keys and tensors unchanged); only its
+class is swapped for a subclass of the same name whose ``forward`` is ours (:mod:`kernelworks.patch.layers`).
+A subclass, not an instance ``forward``: transformers wraps decoder-layer forwards for gradient checkpointing
+per class (5.23) or in ``__call__`` (5.17), and accelerate's hooks live on the instance — both keep working.
+``unpatch`` swaps the original classes back and restores ``config._attn_implementation``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torch import nn
+
+import kernelworks
+
+# ------------------------------------------------------------------------------------------- families
+
+
+def _no_attn_kwargs(module: nn.Module) -> dict:
+    return {}
+
+
+def _config_window(module: nn.Module) -> dict:  # Mistral: one window for every layer, from the config
+    return {"sliding_window": getattr(module.config, "sliding_window", None)}
+
+
+def _layer_window(module: nn.Module) -> dict:  # Qwen2/3, Gemma 3: per layer (layer_types)
+    return {"sliding_window": module.sliding_window}
+
+
+def _window_softcap(module: nn.Module) -> dict:  # Gemma 2: per-layer window and attention logit soft-capping
+    return {"sliding_window": module.sliding_window, "softcap": module.attn_logit_softcapping}
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between the supported families: the decoder layer's shape (``"llama"``: pre-norms;
+    ``"gemma"``: sandwich norms), the RMSNorm weight offset, and the extra arguments HF's attention module
+    hands its attention function."""
+
+    layer: str
+    norm_offset: float
+    attn_kwargs: Callable[[nn.Module], dict]
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", 0.0, _no_attn_kwargs),
+    "mistral": Family("llama", 0.0, _config_window),
+    "qwen2": Family("llama", 0.0, _layer_window),
+    "qwen3": Family("llama", 0.0, _layer_window),
+    "gemma2": Family("gemma", 1.0, _window_softcap),
+    "gemma3_text": Family("gemma", 1.0, _layer_window),
+}
+"""Supported ``config.model_type`` values (Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3 text)."""
+
+_GLU = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu_pytorch_tanh": ("geglu", "tanh"),
+        "gelu_new": ("geglu", "tanh"), "gelu": ("geglu", "none")}
+"""HF activation names → the gated op and its GELU approximation."""
+
+# ------------------------------------------------------------------------------------------- class swap
+
+_SUBCLASSES: dict[tuple[type, str], type] = {}
+
+
+def _subclass(base: type, tag: str, attrs: dict) -> type:
+    """One subclass per (class, variant), named like ``base`` and living in its module (so repr, config
+    ``architectures`` and pickling see the original class)."""
+    cls = _SUBCLASSES.get((base, tag))
+    if cls is None:
+        attrs = {**attrs, "__module__": base.__module__, "__qualname__": base.__qualname__, "_kernelworks": tag}
+        cls = _SUBCLASSES[(base, tag)] = type(base.__name__, (base,), attrs)
+    return cls
+
+
+@dataclass
+class _State:
+    """What ``unpatch`` undoes: (module, original class) pairs, the attention implementation before."""
+
+    swapped: list[tuple[nn.Module, type]] = field(default_factory=list)
+    attn_implementation: str | None = None
+    attention: bool = False
+    patched: list[str] = field(default_factory=list)
+
+    def swap(self, module: nn.Module, tag: str, attrs: dict) -> None:
+        self.swapped.append((module, type(module)))
+        module.__class__ = _subclass(type(module), tag, attrs)
+
+
+# ------------------------------------------------------------------------------------------- public API
+
+
+def _family(model: nn.Module, strict: bool) -> Family | None:
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    family = FAMILIES.get(model_type)
+    base = getattr(model, "model", model)
+    if family is not None and isinstance(getattr(base, "layers", None), nn.ModuleList):
+        return family
+    message = (f"model: expected a Hugging Face model of a supported family ({', '.join(FAMILIES)}), got "
+               f"{type(model).__name__} (model_type {model_type!r})")
+    if strict:
+        raise ValueError(message)
+    warnings.warn(f"kernelworks.patch: {message}; nothing was patched", stacklevel=3)
+    return None
+
+
+def _check_option(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bool = True, attention: bool = True,
+          loss: bool = True, strict: bool = True) -> nn.Module:
+    """Run a Hugging Face transformers model on kernelworks ops, in place (patching twice re-patches).
+
+    Weights stay where the model keeps them: state_dict keys and tensors, ``generate``, gradient
+    checkpointing and ``torch.compile(model)`` keep working. Each piece can be turned off (it then stays on
+    torch exactly as the model had it):
+
+    Args:
+        model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2 or
+            Gemma 3 (text) from transformers ≥ 5.
+        rms_norm: every RMSNorm (Qwen3/Gemma3's per-head q/k norms too) → :func:`kernelworks.rms_norm`
+            (Gemma's ``1 + weight`` as ``offset=1``), and the decoder layer's mid-layer residual add fused
+            into the next norm (``(y, h) = rms_norm(x, w, residual=h)``).
+        rope: rotary embedding of q and k → ``kernelworks.rotary_embedding`` (stays on torch, with a warning,
+            while that op is not in this kernelworks).
+        mlp: the gated MLP's activation → :func:`kernelworks.swiglu` / :func:`kernelworks.geglu` between the
+            model's own gate/up/down projections.
+        attention: ``config._attn_implementation = "kernelworks"`` → :func:`kernelworks.flash_attention`
+            (GQA, causal, sliding window, soft-capping, packed sequences by ``position_ids``, decode with a
+            cache). Padding masks, dropout in training and head_dim > 256 stay on torch (warned once).
+        loss: ``ForCausalLM`` training with labels → :func:`kernelworks.fused_linear_cross_entropy` (HF's
+            shift, ``ignore_index``, ``num_items_in_batch``, final soft-capping; ``logits=None``). Evaluation
+            returns the logits and takes the loss from them with :func:`kernelworks.cross_entropy`.
+        strict: an unsupported model raises ValueError; with False it warns and is left as it is.
+
+    Returns:
+        ``model`` (patched in place).
+
+    Example::
+
+        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", torch_dtype=torch.bfloat16)
+        kernelworks.patch(model)                  # or patch(model, attention=False) to keep SDPA
+    """
+    options = {"rms_norm": rms_norm, "rope": rope, "mlp": mlp, "attention": attention, "loss": loss,
+               "strict": strict}
+    for name, value in options.items():
+        _check_option(name, value)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    family = _family(model, strict)
+    if family is None:
+        return model
+    from kernelworks.patch import attention as attention_fn
+    from kernelworks.patch import layers
+
+    if getattr(model, "_kernelworks_patch", None) is not None:
+        unpatch(model)
+    state = _State()
+    base = getattr(model, "model", model)
+    config = model.config
+    if rms_norm:
+        family_module = type(base.layers[0]).__module__
+        for module in base.modules():
+            if type(module).__name__.endswith("RMSNorm") and type(module).__module__ == family_module:
+                state.swap(module, f"rms_norm:{family.norm_offset}",
+                           {"forward": layers.rms_norm_forward, "_kw_offset": family.norm_offset})
+        forward = layers.llama_layer_forward if family.layer == "llama" else layers.gemma_layer_forward
+        for layer in base.layers:
+            state.swap(layer, f"layer:{family.layer}", {"forward": forward})
+        state.patched.append("rms_norm")
+    if mlp:
+        act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+        if act in _GLU:
+            for layer in base.layers:
+                state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
+            state.patched.append("mlp")
+        else:
+            attention_fn.warn_once(f"MLP activation {act!r} has no gated kernel; the MLP stays on torch")
+    if rope:
+        if hasattr(kernelworks, "rotary_embedding"):
+            for layer in base.layers:
+                state.swap(layer.self_attn, "attention", {"forward": layers.attention_forward,
+                                                          "_kw_attn_kwargs": staticmethod(family.attn_kwargs)})
+            state.patched.append("rope")
+        else:
+            attention_fn.warn_once("kernelworks.rotary_embedding is not available in this version; rotary "
+                                   "embedding stays on torch")
+    if attention:
+        attention_fn.register()
+        state.attn_implementation, state.attention = config._attn_implementation, True
+        fallback = "eager" if state.attn_implementation == "eager" else "sdpa"
+        for layer in base.layers:
+            layer.self_attn._kernelworks_fallback = fallback
+        config._attn_implementation = attention_fn.NAME
+        state.patched.append("attention")
+    if loss and base is not model and hasattr(model, "lm_head"):
+        state.swap(model, "causal_lm", {"forward": layers.causal_lm_forward})
+        state.patched.append("loss")
+    model._kernelworks_patch = state
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch`: original classes and attention implementation back; returns ``model``.
+    A model that is not patched is returned unchanged."""
+    state = getattr(model, "_kernelworks_patch", None)
+    if state is None:
+        return model
+    for module, cls in reversed(state.swapped):
+        module.__class__ = cls
+    if state.attention:
+        model.config._attn_implementation = state.attn_implementation
+        for layer in getattr(model, "model", model).layers:
+            del layer.self_attn._kernelworks_fallback
+    del model._kernelworks_patch
+    return model
+
+
+def patched(model: nn.Module) -> tuple[str, ...]:
+    """The pieces :func:`patch` put on kernelworks in ``model`` (empty when not patched)."""
+    state = getattr(model, "_kernelworks_patch", None)
+    return () if state is None else tuple(state.patched)
+
+
+__all__ = ["FAMILIES", "patch", "patched", "unpatch"]

@@ -1,0 +1,198 @@
+"""The ``"kernelworks"`` attention implementation registered with transformers: an attention function
+(``AttentionInterface``) calling :func:`kernelworks.flash_attention`, and its mask function
+(``AttentionMaskInterface``).
+
+The mask function returns None when nothing but causality, the sliding window and packing shapes the
+attention (no padding: the kernel does causal / window itself, packing comes from ``position_ids`` or the
+flash kwargs), and otherwise the 4-D boolean mask SDPA would get, which sends that call to the torch path.
+Torch (SDPA, or the family's eager function where SDPA cannot do it: soft-capping, or the model was on
+eager) also takes calls the kernel does not: dropout in training, head_dim above the kernel's limit. With
+no mask to hand it builds the dense mask from the same facts, so a fallback is never a different answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+import weakref
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
+
+import kernelworks
+from kernelworks.ops.attention.forward import MAX_HEAD_DIM
+
+NAME = "kernelworks"
+"""The ``config._attn_implementation`` a patched model runs with."""
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """One warning per distinct message per process (a fallback is taken per layer per call)."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(f"kernelworks.patch: {message}", stacklevel=3)
+
+
+def mask(*args, **kwargs) -> torch.Tensor | None:
+    """None where the kernel needs no mask (no padding), else SDPA's 4-D boolean mask for the fallback."""
+    if flash_attention_mask(*args, **kwargs) is None:
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------- packing
+
+
+_last_segments: tuple = (None, -1, -1, None)
+"""``(weakref to position_ids, its version, batch, starts)``: every layer of one forward gets the same
+``position_ids`` tensor, so the host sync of the packing check is paid once per forward, not per layer."""
+
+
+def _segments(position_ids: torch.Tensor, batch: int) -> torch.Tensor | None:
+    """Sequence starts ``[batch, seq]`` (bool) of packed rows — a position that does not follow its
+    predecessor by one starts a sequence, HF's rule — or None when no row is packed (one host sync; a graph
+    break under torch.compile, where the collator's ``cu_seq_lens_*`` kwargs avoid it)."""
+    global _last_segments
+    ref, version, rows, cached = _last_segments
+    if ref is not None and ref() is position_ids and version == position_ids._version and rows == batch:
+        return cached
+    pos = position_ids.expand(batch, -1)
+    starts = torch.ones_like(pos, dtype=torch.bool)
+    starts[:, 1:] = pos[:, 1:] - pos[:, :-1] != 1
+    starts = starts if bool(starts[:, 1:].any()) else None
+    if not torch.compiler.is_compiling():
+        _last_segments = (weakref.ref(position_ids), position_ids._version, batch, starts)
+    return starts
+
+
+def _varlen_args(kwargs: dict, batch: int, seq_q: int, seq_k: int):
+    """``(cu_q, cu_k, max_q, max_k, starts)`` for packed inputs, or None. The flash kwargs a packing collator
+    passes (``cu_seq_lens_q`` …) win; else packing is read from ``position_ids`` (no cache: seq_q == seq_k)."""
+    if kwargs.get("cu_seq_lens_q") is not None and kwargs.get("cu_seq_lens_k") is not None:
+        cu_q, cu_k = kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32)
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        max_q = int((cu_q[1:] - cu_q[:-1]).max()) if max_q is None else int(max_q)
+        max_k = int((cu_k[1:] - cu_k[:-1]).max()) if max_k is None else int(max_k)
+        return cu_q, cu_k, max_q, max_k, None
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None or seq_q != seq_k or position_ids.shape[-1] != seq_q:
+        return None
+    starts = _segments(position_ids, batch)
+    if starts is None:
+        return None
+    total = batch * seq_q
+    first = starts.reshape(-1).nonzero().reshape(-1)
+    cu = torch.cat([first, first.new_tensor([total])]).to(torch.int32)
+    longest = int((cu[1:] - cu[:-1]).max())
+    return cu, cu, longest, longest, starts
+
+
+def _starts(varlen, batch: int, seq: int) -> torch.Tensor | None:
+    """The ``[batch, seq]`` sequence starts of a varlen call (from ``cu_seqlens`` when the collator gave them)."""
+    if varlen is None or varlen[4] is not None:
+        return None if varlen is None else varlen[4]
+    starts = torch.zeros(batch * seq, dtype=torch.bool, device=varlen[0].device)
+    starts[varlen[0][:-1].long().clamp(0, batch * seq - 1)] = True
+    return starts.view(batch, seq)
+
+
+# ------------------------------------------------------------------------------------------- fallback
+
+
+def _window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
+    """HF's sliding window as the kernel's ``(left, right)``: causal ``kv > q − W`` (W − 1 keys back),
+    bidirectional ``|q − kv| ≤ W``."""
+    if not sliding_window:
+        return None
+    return (sliding_window - 1, 0) if causal else (sliding_window, sliding_window)
+
+
+def _dense_mask(query: torch.Tensor, key: torch.Tensor, causal: bool, window: tuple[int, int] | None,
+                starts: torch.Tensor | None) -> torch.Tensor:
+    """``[batch or 1, 1, seq_q, seq_k]`` boolean mask of what the kernel would compute: queries at the end of
+    the keys (bottom-right), the window, and packed sequences kept apart."""
+    seq_q, seq_k = query.shape[2], key.shape[2]
+    q_pos = torch.arange(seq_q, device=query.device)[:, None] + (seq_k - seq_q)
+    k_pos = torch.arange(seq_k, device=query.device)[None, :]
+    allowed = torch.ones(seq_q, seq_k, dtype=torch.bool, device=query.device)
+    if causal:
+        allowed &= k_pos <= q_pos
+    if window is not None:
+        allowed &= (k_pos >= q_pos - window[0]) & (k_pos <= q_pos + window[1])
+    allowed = allowed[None]
+    if starts is not None:  # packed (seq_q == seq_k): same sequence only
+        seg = starts.cumsum(-1)
+        allowed = allowed & (seg[:, :, None] == seg[:, None, :])
+    return allowed[:, None]
+
+
+def _torch_attention(module, query, key, value, attention_mask, *, dropout, scaling, softcap, **kwargs):
+    """SDPA, or the family's eager attention where SDPA cannot do it (soft-capping) or the model was on eager."""
+    if softcap is None and getattr(module, "_kernelworks_fallback", "sdpa") == "sdpa":
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    if attention_mask is not None and attention_mask.dtype == torch.bool:  # eager adds its mask to the scores
+        attention_mask = torch.zeros((), dtype=query.dtype, device=query.device).masked_fill(
+            ~attention_mask, torch.finfo(query.dtype).min)
+    if softcap is not None:
+        kwargs["softcap"] = softcap
+    return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+def _unsupported(module, query: torch.Tensor, dropout: float) -> str | None:
+    if dropout > 0.0 and module.training:
+        return "attention dropout > 0 in training is not in the kernel; those calls stay on torch"
+    if query.shape[-1] > MAX_HEAD_DIM:
+        return f"head_dim {query.shape[-1]} > {MAX_HEAD_DIM} is not in the kernel; those calls stay on torch"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- attention
+
+
+def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              sliding_window: int | None = None, softcap: float | None = None, is_causal: bool | None = None,
+              **kwargs) -> tuple[torch.Tensor, None]:
+    """HF attention-interface function: q ``[batch, heads_q, seq_q, head_dim]``, k/v ``[batch, heads_kv,
+    seq_k, head_dim]`` (GQA unexpanded) → ``([batch, seq_q, heads_q, head_dim], None)``.
+
+    Causal is bottom-right aligned (decode with a cache: the queries are the last keys); packed sequences
+    (``position_ids`` restarting inside a row, or ``cu_seq_lens_*``) take the varlen path.
+    """
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    window = _window(sliding_window, causal)
+    batch, heads, seq_q, dim = query.shape
+    reason = "padding in the attention mask is not in the kernel; those calls stay on torch" \
+        if attention_mask is not None else _unsupported(module, query, dropout)
+    varlen = _varlen_args(kwargs, batch, seq_q, key.shape[2]) if attention_mask is None else None
+    if reason is not None:
+        warn_once(reason)
+        if attention_mask is None:
+            attention_mask = _dense_mask(query, key, causal, window, _starts(varlen, batch, seq_q))
+        kwargs.pop("position_ids", None)
+        return _torch_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                softcap=softcap, is_causal=False, **kwargs)
+    options = {"causal": causal, "softmax_scale": scaling, "window": window, "softcap": softcap}
+    if varlen is None:
+        out = kernelworks.flash_attention(query, key, value, layout="bhsd", **options)
+        return out.transpose(1, 2), None
+    cu_q, cu_k, max_q, max_k, _ = varlen
+
+    def tokens(t: torch.Tensor) -> torch.Tensor:  # [batch, heads, seq, dim] → [batch·seq, heads, dim]
+        return t.transpose(1, 2).reshape(-1, t.shape[1], t.shape[3])
+
+    out = kernelworks.flash_attention(tokens(query), tokens(key), tokens(value), cu_seqlens_q=cu_q,
+                                      cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k, **options)
+    return out.view(batch, seq_q, heads, dim), None
+
+
+def register() -> None:
+    """Register ``"kernelworks"`` with transformers' attention and mask interfaces (idempotent)."""
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, mask)

@@ -1,0 +1,198 @@
+"""The forwards a patched model's modules run: each is the Hugging Face forward of that module with the
+math routed through the public ops (RMSNorm, the gated MLP, rotary, the decoder layer's residual + norm,
+the LM head + loss). Signatures and return types are those of transformers 5.x; the attention itself is
+the registered attention function (:mod:`kernelworks.patch.attention`), reached through HF's dispatch.
+
+The forwards read their per-family constants from class attributes that :func:`kernelworks.patch.patch`
+sets on the patched subclass (``_kw_offset``, ``_kw_glu``, ``_kw_attn_kwargs``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.nn import functional
+from transformers import modeling_utils
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import can_return_tuple
+
+import kernelworks
+
+
+def norm_eps(norm: torch.nn.Module) -> float:
+    """The epsilon of an HF RMSNorm (``variance_epsilon`` in Llama/Mistral/Qwen, ``eps`` in Gemma)."""
+    eps = getattr(norm, "variance_epsilon", None)
+    return norm.eps if eps is None else eps
+
+
+# ------------------------------------------------------------------------------------------- norm, MLP
+
+
+def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    """HF RMSNorm: ``[..., hidden] → [..., hidden]`` through :func:`kernelworks.rms_norm`."""
+    y = kernelworks.rms_norm(hidden_states, self.weight, norm_eps(self), offset=self._kw_offset)
+    if self._kw_offset == 0.0:
+        # Llama's norm returns weight · x̂, so an fp32 weight promotes a 16-bit input; Gemma's casts back to x's
+        return y.to(torch.promote_types(self.weight.dtype, hidden_states.dtype))
+    return y
+
+
+def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """``down(act(gate(x)) · up(x))``: the projections stay the model's own modules (its weights, LoRA or
+    quantised wrappers alike); the gated activation is one kernel."""
+    glu, approximate = self._kw_glu
+    gate, up = self.gate_proj(x), self.up_proj(x)
+    h = kernelworks.swiglu(gate, up) if glu == "swiglu" else kernelworks.geglu(gate, up, approximate=approximate)
+    return self.down_proj(h)
+
+
+# ------------------------------------------------------------------------------------------- decoder layers
+
+
+def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                        position_ids: torch.LongTensor | None = None, past_key_values=None,
+                        use_cache: bool | None = False,
+                        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        **kwargs) -> torch.Tensor:
+    """Llama/Mistral/Qwen decoder layer with the mid-layer ``residual + attn`` and
+    ``post_attention_layernorm`` in one :func:`kernelworks.rms_norm` pass; ``[batch, seq, hidden]`` in and out."""
+    residual = hidden_states
+    hidden_states = self.input_layernorm(hidden_states)
+    hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
+                                      position_ids=position_ids, past_key_values=past_key_values,
+                                      use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+    norm = self.post_attention_layernorm
+    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual)
+    return residual + self.mlp(hidden_states)
+
+
+def gemma_layer_forward(self, hidden_states: torch.Tensor,
+                        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        attention_mask: torch.Tensor | None = None, position_ids: torch.LongTensor | None = None,
+                        past_key_values=None, **kwargs) -> torch.Tensor:
+    """Gemma 2/3 decoder layer (sandwich norms): ``residual + post_attention_layernorm(attn)`` and
+    ``pre_feedforward_layernorm`` in one :func:`kernelworks.rms_norm` pass (``1 + weight``)."""
+    residual = hidden_states
+    hidden_states = self.input_layernorm(hidden_states)
+    hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                      attention_mask=attention_mask, position_ids=position_ids,
+                                      past_key_values=past_key_values, **kwargs)
+    hidden_states = self.post_attention_layernorm(hidden_states)
+    norm = self.pre_feedforward_layernorm
+    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual,
+                                                   offset=1.0)
+    hidden_states = self.post_feedforward_layernorm(self.mlp(hidden_states))
+    return residual + hidden_states
+
+
+# ------------------------------------------------------------------------------------------- attention module
+
+
+def attention_forward(self, hidden_states: torch.Tensor,
+                      position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      attention_mask: torch.Tensor | None = None, past_key_values=None,
+                      **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HF attention module with rotary through :func:`kernelworks.rotary_embedding` (q/k ``[batch, heads,
+    seq, head_dim]``, cos/sin ``[batch, seq, head_dim]``); Qwen3/Gemma3's q/k norms run on the heads first."""
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+    query = self.q_proj(hidden_states).view(hidden_shape)
+    key = self.k_proj(hidden_states).view(hidden_shape)
+    value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    if getattr(self, "q_norm", None) is not None:  # per-head RMSNorm over head_dim (Qwen3, Gemma3)
+        query, key = self.q_norm(query), self.k_norm(key)
+    cos, sin = position_embeddings
+    query, key = kernelworks.rotary_embedding(query.transpose(1, 2), key.transpose(1, 2), cos, sin, layout="neox",
+                                              heads_dim=1)
+    if past_key_values is not None:
+        key, value = past_key_values.update(key, value, self.layer_idx)
+    eager = sys.modules[type(self).__module__].eager_attention_forward
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager)
+    out, weights = interface(self, query, key, value, attention_mask,
+                             dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling,
+                             **self._kw_attn_kwargs(self), **kwargs)
+    out = out.reshape(*input_shape, -1).contiguous()
+    return self.o_proj(out), weights
+
+
+# ------------------------------------------------------------------------------------------- LM head + loss
+
+
+def _keep(hidden: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+    """HF's ``logits_to_keep`` slice (its own helper where the installed version has one)."""
+    keep = getattr(modeling_utils, "slice_logits_to_keep", None)
+    if keep is not None:
+        return keep(hidden, logits_to_keep)
+    index = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+    return hidden[:, index, :]
+
+
+def _shifted(labels: torch.Tensor, shift_labels: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """HF's causal shift: token t predicts label t + 1; the last position gets ``ignore_index``."""
+    if shift_labels is None:
+        shift_labels = functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    return shift_labels.reshape(-1)
+
+
+def _mean(loss_sum: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss_sum.device)
+    return loss_sum / num_items_in_batch
+
+
+def causal_lm_loss(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, softcap: float | None,
+                   *, ignore_index: int = -100, num_items_in_batch=None, shift_labels=None) -> torch.Tensor:
+    """HF's ``ForCausalLMLoss`` on ``lm_head(hidden)`` without the logits: :func:`kernelworks.
+    fused_linear_cross_entropy` on hidden ``[batch, seq, H]`` and ``lm_head.weight [V, H]``; mean over the
+    non-ignored tokens, or their sum over ``num_items_in_batch`` (gradient accumulation). float32 result."""
+    target = _shifted(labels, shift_labels, ignore_index).to(hidden.device)
+    weight, bias = lm_head.weight, lm_head.bias
+    if weight.dtype != hidden.dtype:  # autocast: fp32 master weight, 16-bit activations (as the Linear would run)
+        weight = weight.to(hidden.dtype)
+        bias = None if bias is None else bias.to(hidden.dtype)
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = kernelworks.fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias=bias,
+                                                  ignore_index=ignore_index, reduction=reduction, softcap=softcap)
+    loss = loss.float()
+    return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
+
+
+def logits_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100, num_items_in_batch=None,
+                shift_labels=None) -> torch.Tensor:
+    """HF's ``ForCausalLMLoss`` on given logits (``[batch, seq, V]``, upcast to fp32 as HF does) through
+    :func:`kernelworks.cross_entropy`: evaluation with labels, where the logits are returned anyway."""
+    target = _shifted(labels, shift_labels, ignore_index).to(logits.device)
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = kernelworks.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target,
+                                     ignore_index=ignore_index, reduction=reduction)
+    return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
+
+
+@can_return_tuple
+def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                      position_ids: torch.LongTensor | None = None, past_key_values=None,
+                      inputs_embeds: torch.Tensor | None = None, labels: torch.LongTensor | None = None,
+                      use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
+                      **kwargs) -> CausalLMOutputWithPast:
+    """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never
+    exist; ``logits=None`` as Liger does). Otherwise the logits as HF computes them (final soft-capping
+    included), and with labels the loss from them through :func:`kernelworks.cross_entropy`."""
+    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    hidden = _keep(outputs.last_hidden_state, logits_to_keep)
+    softcap = getattr(self.config, "final_logit_softcapping", None)
+    loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")
+                   if kwargs.get(name) is not None}
+    logits = loss = None
+    if labels is not None and self.training:
+        loss = causal_lm_loss(hidden, self.lm_head, labels, softcap, **loss_kwargs)
+    else:
+        logits = self.lm_head(hidden)
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        if labels is not None:
+            loss = logits_loss(logits, labels, **loss_kwargs)
+    return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values,
+                                  hidden_states=outputs.hidden_states, attentions=outputs.attentions)

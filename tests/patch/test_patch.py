@@ -1,0 +1,292 @@
+"""``kernelworks.patch(model)`` on tiny random Hugging Face models (CPU, the interpreter, fp32): the patched
+model against an unpatched copy with the same weights — logits, loss, every gradient, greedy generation
+with the cache — plus packing, fallbacks, options, unpatch and unsupported models.
+
+fp32 tolerance (rtol 1e-4, atol 1e-5): both sides compute in fp32 and differ only in summation order
+(fused norms, tiled attention, chunked loss): ~1e-7 relative per op, a few ulps through two layers.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers")
+
+import kernelworks  # noqa: E402
+from kernelworks.patch import FAMILIES, patched  # noqa: E402
+
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+VOCAB = 128
+COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "vocab_size": VOCAB, "max_position_embeddings": 64, "eos_token_id": None}
+
+
+def _config(family: str):
+    """Tiny configs; each family's own features on (windows shorter than the test sequences, soft-capping,
+    head_dim 16 with q/k norms)."""
+    if family == "llama":
+        return tf.LlamaConfig(**COMMON)
+    if family == "mistral":
+        return tf.MistralConfig(**COMMON, sliding_window=4)
+    if family == "qwen2":
+        return tf.Qwen2Config(**COMMON)
+    if family == "qwen3":
+        return tf.Qwen3Config(**COMMON, head_dim=16)
+    if family == "gemma2":
+        return tf.Gemma2Config(**COMMON, head_dim=16, sliding_window=4, attn_logit_softcapping=5.0,
+                               final_logit_softcapping=3.0, query_pre_attn_scalar=16)
+    if family == "gemma3_text":
+        return tf.Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+                                   layer_types=["sliding_attention", "full_attention"])
+    raise AssertionError(family)
+
+
+def _pair(family: str = "llama", seed: int = 0):
+    """``(model, reference)``: one random model twice (same weights), in eval mode; norm weights jittered
+    so Gemma's zero-initialised ``1 + weight`` is exercised."""
+    config = _config(family)
+    config._attn_implementation = "eager" if family == "gemma2" else "sdpa"  # gemma2: sdpa has no soft-capping
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(config).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    reference = tf.AutoModelForCausalLM.from_config(config).float()
+    reference.load_state_dict(model.state_dict())
+    return model.eval(), reference.eval()
+
+
+def _ids(batch: int = 2, seq: int = 8, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _fake_rotary(q, k, cos, sin, *, layout="neox", heads_dim=1):
+    """The documented call of ``kernelworks.rotary_embedding`` on HF's own math (for when the op is absent)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    assert layout == "neox" and heads_dim == 1
+    return apply_rotary_pos_emb(q, k, cos, sin)
+
+
+@pytest.fixture
+def rotary(monkeypatch):
+    """``kernelworks.rotary_embedding`` counted (the real op when present, else HF's math behind its call)."""
+    calls = []
+    real = getattr(kernelworks, "rotary_embedding", _fake_rotary)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernelworks, "rotary_embedding", counted, raising=False)
+    return calls
+
+
+# ------------------------------------------------------------------------------------------- per family
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_matches_unpatched(family, rotary):
+    model, reference = _pair(family)
+    keys = list(model.state_dict())
+    ptrs = [t.data_ptr() for t in model.state_dict().values()]
+    kernelworks.patch(model)
+    assert patched(model) == ("rms_norm", "mlp", "rope", "attention", "loss")
+    assert list(model.state_dict()) == keys and [t.data_ptr() for t in model.state_dict().values()] == ptrs
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, **TOL)
+    assert rotary, "the patched attention did not call kernelworks.rotary_embedding"
+
+    # training with labels: the fused loss (no logits), ignore_index, every parameter's gradient
+    labels = ids.clone()
+    labels[0, 2] = labels[1, 5] = -100
+    model.train(), reference.train()
+    out, ref = model(ids, labels=labels), reference(ids, labels=labels)
+    assert out.logits is None and out.loss.dtype == torch.float32
+    torch.testing.assert_close(out.loss, ref.loss, **TOL)
+    out.loss.backward(), ref.loss.backward()
+    grads, ref_grads = _grads(model), _grads(reference)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+    # greedy generation with the cache (prefill, then decode: q_len 1 against the cached keys)
+    model.eval(), reference.eval()
+    prompt = _ids(1, 6, seed=2)
+    new = model.generate(prompt, max_new_tokens=5, do_sample=False)
+    assert torch.equal(new, reference.generate(prompt, max_new_tokens=5, do_sample=False))
+
+
+def test_loss_num_items_in_batch_and_eval_labels():
+    model, reference = _pair()
+    kernelworks.patch(model)
+    ids, labels = _ids(), _ids(seed=3)
+    labels[:, :3] = -100
+    model.train(), reference.train()
+    n = torch.tensor(7)
+    torch.testing.assert_close(model(ids, labels=labels, num_items_in_batch=n).loss,
+                               reference(ids, labels=labels, num_items_in_batch=n).loss, **TOL)
+    model.eval(), reference.eval()  # evaluation keeps the logits and takes the loss from them
+    with torch.no_grad():
+        out, ref = model(ids, labels=labels), reference(ids, labels=labels)
+    torch.testing.assert_close(out.logits, ref.logits, **TOL)
+    torch.testing.assert_close(out.loss, ref.loss, **TOL)
+    with torch.no_grad():  # logits_to_keep: only the last position's logits
+        torch.testing.assert_close(model(ids, logits_to_keep=1).logits, reference(ids, logits_to_keep=1).logits,
+                                   **TOL)
+
+
+# ------------------------------------------------------------------------------------------- attention paths
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_packed_sequences_equal_separate(family):
+    """[1, 9] rows packing sequences of 5 and 4 tokens (position_ids restart) equal the two run alone."""
+    model, reference = _pair(family)
+    kernelworks.patch(model)
+    a, b = _ids(1, 5, seed=4), _ids(1, 4, seed=5)
+    packed = torch.cat([a, b], 1)
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    with torch.no_grad():
+        logits = model(packed, position_ids=position_ids).logits
+        torch.testing.assert_close(logits[:, :5], model(a).logits, **TOL)
+        torch.testing.assert_close(logits[:, 5:], model(b).logits, **TOL)
+        torch.testing.assert_close(logits, reference(packed, position_ids=position_ids).logits, **TOL)
+
+
+def test_padding_falls_back_to_torch_with_a_warning():
+    model, reference = _pair()
+    kernelworks.patch(model)
+    ids = _ids()
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    with pytest.warns(UserWarning, match="padding"), torch.no_grad():
+        out = model(ids, attention_mask=mask).logits
+    with torch.no_grad():
+        torch.testing.assert_close(out, reference(ids, attention_mask=mask).logits, **TOL)
+
+
+def test_dropout_in_training_falls_back_without_a_mask():
+    """No mask to hand (causal, no padding): the fallback builds it, so the answer is torch's."""
+    model, reference = _pair("mistral")  # sliding window 4 < 8 tokens: the dense mask carries it
+    for m in (model, reference):
+        for layer in m.model.layers:
+            layer.self_attn.attention_dropout = 0.5
+    kernelworks.patch(model)
+    model.train(), reference.train()
+    ids = _ids()
+    with pytest.warns(UserWarning, match="dropout"):
+        torch.manual_seed(0)
+        out = model(ids, labels=ids).loss
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, reference(ids, labels=ids).loss, **TOL)
+
+
+# ------------------------------------------------------------------------------------------- options, unpatch
+
+
+def _pieces(model, original) -> dict[str, bool]:
+    """Which pieces run on kernelworks: by the class of the modules that carry them."""
+    layer = model.model.layers[0]
+    return {"rms_norm": type(model.model.norm) is not type(original.model.norm),
+            "mlp": type(layer.mlp) is not type(original.model.layers[0].mlp),
+            "rope": type(layer.self_attn) is not type(original.model.layers[0].self_attn),
+            "attention": model.config._attn_implementation == "kernelworks",
+            "loss": type(model) is not type(original)}
+
+
+@pytest.mark.parametrize("off", ["rms_norm", "mlp", "rope", "attention", "loss"])
+def test_each_option_off_leaves_that_piece_on_torch(off, rotary):
+    model, reference = _pair("qwen3")
+    kernelworks.patch(model, **{off: False})
+    pieces = _pieces(model, reference)
+    assert pieces == {name: name != off for name in pieces}
+    if off == "loss":  # training with labels on torch: the logits come back
+        model.train()
+        assert model(_ids(1, 4), labels=_ids(1, 4)).logits is not None
+
+
+def test_rope_stays_on_torch_while_the_op_is_missing(monkeypatch):
+    monkeypatch.delattr(kernelworks, "rotary_embedding", raising=False)
+    model, reference = _pair()
+    with pytest.warns(UserWarning, match="rotary_embedding"):
+        kernelworks.patch(model)
+    assert not _pieces(model, reference)["rope"] and "rope" not in patched(model)
+
+
+def test_unpatch_restores_the_original_model(rotary):
+    model, reference = _pair("qwen3")
+    classes = [type(m) for m in model.modules()]
+    kernelworks.patch(model)
+    kernelworks.patch(model, mlp=False)  # patching twice re-patches
+    assert patched(model) == ("rms_norm", "rope", "attention", "loss")
+    kernelworks.unpatch(model)
+    assert [type(m) for m in model.modules()] == classes and patched(model) == ()
+    assert model.config._attn_implementation == "sdpa"
+    assert not any(hasattr(layer.self_attn, "_kernelworks_fallback") for layer in model.model.layers)
+    ids = _ids()
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_gradient_checkpointing_still_recomputes():
+    model, reference = _pair()
+    kernelworks.patch(model)
+    model.gradient_checkpointing_enable(), reference.gradient_checkpointing_enable()
+    model.train(), reference.train()
+    calls = []
+    model.model.layers[0].self_attn.register_forward_hook(lambda *_: calls.append(1))
+    ids = _ids(1, 6)
+    out, ref = model(ids, labels=ids), reference(ids, labels=ids)
+    out.loss.backward(), ref.loss.backward()
+    assert len(calls) == 2, "the decoder layer was not recomputed in the backward"
+    for name, grad in _grads(reference).items():
+        torch.testing.assert_close(_grads(model)[name], grad, **TOL)
+
+
+def test_torch_compile():
+    model, reference = _pair()
+    kernelworks.patch(model)
+    ids = _ids(1, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="aot_eager")(ids).logits, reference(ids).logits,
+                                   **TOL)
+
+
+# ------------------------------------------------------------------------------------------- errors
+
+
+def _gpt2():
+    return tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=VOCAB, n_positions=16))
+
+
+def test_unsupported_family_raises():
+    with pytest.raises(ValueError, match=r"supported family \(llama, mistral, qwen2, qwen3, gemma2.*gpt2"):
+        kernelworks.patch(_gpt2())
+
+
+def test_unsupported_family_warns_when_not_strict():
+    model = _gpt2()
+    with pytest.warns(UserWarning, match="nothing was patched"):
+        assert kernelworks.patch(model, strict=False) is model
+    assert patched(model) == ()
+
+
+def test_bad_options_raise():
+    model, _ = _pair()
+    with pytest.raises(TypeError, match="rope: expected a bool, got str"):
+        kernelworks.patch(model, rope="yes")
+    with pytest.raises(TypeError, match=r"model: expected a torch\.nn\.Module"):
+        kernelworks.patch("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernelworks.unpatch(model) is model  # not patched: unchanged, silently
