@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand
+from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand, refuse_autograd
 from kernelworks.ops.gemm.forward import matmul_fwd
 from kernelworks.runtime.device import gpu_capability
 from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_same_device
@@ -99,7 +99,8 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
             the error ``_scaled_mm``'s fast mode has (relative L2 2.6e-3 vs 1.7e-3 at K = 8192). Only per
             tensor / per row scales: block scales already fold each 128-K block into fp32 (ignored there).
 
-    Needs a GPU with fp8 tensor cores (compute capability 8.9+); the Hopper TMA path on 9.0+.
+    Needs a GPU with fp8 tensor cores (compute capability 8.9+); the Hopper TMA path on 9.0+. Forward only:
+    with grad mode on, an input that requires grad raises ``NotImplementedError``.
 
     Example::
 
@@ -134,6 +135,7 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
             raise ValueError(f"bias: expected shape ({n},) (b's columns), got {tuple(bias.shape)}")
     if not isinstance(fast_accum, bool):
         raise TypeError(f"fast_accum: expected a bool, got {type(fast_accum).__name__}")
+    refuse_autograd("fp8_matmul", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     cap = gpu_capability()
     if cap is None or cap < (8, 9):
         raise NotImplementedError("fp8_matmul needs a GPU with fp8 tensor cores (compute capability 8.9+); "
