@@ -31,7 +31,7 @@ import torch
 from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
 from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active, sm_count
+from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 
@@ -254,6 +254,8 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     out = empty(out_shape, dtype=out_dtype, device=a.device)
     if out.numel() == 0:
         return out
+    precision = _precision(a.dtype)
+    a, b = interpreter_dot_operand(a), interpreter_dot_operand(b)  # fp32 dots for bf16 under the interpreter
 
     # One 2-D product where possible: [B, M, K] @ [K, N] is [B·M, K] @ [K, N] when A's rows merge.
     a2 = None if b.dim() == 3 else a if a.dim() == 2 else _merge_rows(a)
@@ -295,7 +297,6 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     s_bias = bias.stride(0) if bias is not None else 0
     res_arg = r3 if r3 is not None else c3
     s_r = r3.stride() if r3 is not None else (0, 0, 0)
-    precision = _precision(a.dtype)
 
     # Split-K: whole K blocks per split (the last may be shorter); the split count follows the rounding
     split = plan.SPLIT_K
