@@ -17,6 +17,11 @@ descriptor (a tile running past its expert's rows reads the next expert's rows: 
 and B as one 2-D descriptor over the stacked experts (``[E·N, K]`` for K-major weights, ``[E·K, N]``
 otherwise), so no operand descriptor is built in the loop; C is stored through a descriptor over the
 unit's expert's rows (built per work unit: TMA drops the rows past the group, no pointer tile).
+
+Nothing read from the index tensor is trusted (:func:`expert_groups`): a negative size is an empty group,
+groups are cut at ``T``, so no value reaches memory outside ``a`` and ``c``; rows no group covers (past
+``Σ sizes``, or before ``offsets[0]``) are written as zeros by the programs past the experts' tiles. The
+host checks the values only in validation mode (:func:`kernelworks.validation`: one sync).
 """
 
 from __future__ import annotations
@@ -25,43 +30,82 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gemm.api import check_operand
+from kernelworks.ops.gemm.api import check_operand, refuse_autograd
 from kernelworks.ops.gemm.forward import _FORCED_PLAN, Plan, _precision
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active, sm_count
+from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, planning_active, sm_count
+from kernelworks.runtime.indices import check_index_tensor, check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
-from kernelworks.runtime.validate import check_dtype, check_same_device
+from kernelworks.runtime.validate import check_same_device
+
+
+@triton.jit
+def expert_groups(p_idx, s_idx, T, E, OFFSETS: tl.constexpr, E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Each expert's rows ``[row0_e, row0_e + size_e)`` of ``A``/``C``, bounded whatever the index tensor
+    holds. ``p_idx``: ``group_sizes [E]`` or (``OFFSETS``) ``offsets [E + 1]``, int32/int64, element stride
+    ``s_idx``. A negative size (a decreasing offset) is an empty group; groups lie end to end from ``lo``
+    (``offsets[0]``, 0 for sizes) and are cut at ``T``, so every row index lies in ``[0, T]``.
+
+    Returns ``(b_size, b_row0, b_tiles, lo, hi)``: ``[E_POW2]`` int32 vectors (0 past ``E``) and the covered
+    rows ``[lo, hi)``; rows outside it belong to no group. int64 until clamped: sizes up to ``T`` each,
+    so the prefix sum cannot wrap, whatever the values."""
+    o_e = tl.arange(0, E_POW2)
+    m_e = o_e < E
+    p_e = p_idx + o_e.to(tl.int64) * s_idx
+    if OFFSETS:
+        lo = tl.minimum(tl.maximum(tl.load(p_idx).to(tl.int64), 0), T)
+        b_lo = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0).to(tl.int64), 0), T)
+        b_hi = tl.minimum(tl.maximum(tl.load(p_e + s_idx, mask=m_e, other=0).to(tl.int64), 0), T)
+        b_size = tl.maximum(b_hi - b_lo, 0)
+    else:
+        lo = tl.full((), 0, tl.int64)
+        b_size = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0).to(tl.int64), 0), T)
+    b_end = lo + tl.cumsum(b_size, 0)
+    b_row0 = tl.minimum(b_end - b_size, T).to(tl.int32)
+    b_size = tl.minimum(b_end, T).to(tl.int32) - b_row0
+    hi = tl.minimum(lo + tl.sum(b_size, 0), T).to(tl.int32)
+    return b_size, b_row0, (b_size + BLOCK_M - 1) // BLOCK_M, lo.to(tl.int32), hi
+
+
+@triton.jit
+def uncovered_tile(i_z, lo, hi, T, BLOCK_M: tl.constexpr):
+    """The ``i_z``-th ``BLOCK_M``-row tile of the rows no group covers: the tiles of ``[0, lo)``, then
+    those of ``[hi, T)``. Returns ``(first row of its range, rows in its range, tile's offset in it)``;
+    an ``i_z`` past them all gives an offset past its range (nothing to store)."""
+    n_head = tl.cdiv(lo, BLOCK_M)
+    in_head = i_z < n_head
+    start = tl.where(in_head, 0, hi)
+    return start, tl.where(in_head, lo, T) - start, (i_z - tl.where(in_head, 0, n_head)) * BLOCK_M
 
 
 @triton.jit
 def _grouped_matmul_kernel(
-    p_a, p_b, p_c, p_sizes,
-    N, K, E,
-    s_am, s_ak, s_be, s_bk, s_bn, s_cm, s_cn,
-    PRECISION: tl.constexpr, E_POW2: tl.constexpr,
+    p_a, p_b, p_c, p_idx,
+    T, N, K, E,
+    s_am, s_ak, s_be, s_bk, s_bn, s_cm, s_cn, s_idx,
+    OFFSETS: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """``C[r0_e + i] = A[r0_e + i] @ B[e]`` for the rows ``i < s_e`` of each expert ``e`` (``r0_e = Σ_{f<e}
-    s_f``). Grid ``(⌈T/BLOCK_M⌉ + E, ⌈N/BLOCK_N⌉)``; program ``(i_tm, i_n)`` takes the ``i_tm``-th m-tile of
-    the concatenated per-expert tilings."""
+    """``C[r0_e + i] = A[r0_e + i] @ B[e]`` for the rows ``i < s_e`` of each expert ``e`` (groups from
+    :func:`expert_groups`). Grid ``(⌈T/BLOCK_M⌉ + E + 1, ⌈N/BLOCK_N⌉)``; program ``(i_tm, i_n)`` takes the
+    ``i_tm``-th m-tile of the concatenated per-expert tilings, and the programs past them zero the rows no
+    group covers (``[0, lo)`` and ``[hi, T)``: E + 2 ranges whose tiles number at most ``⌈T/BLOCK_M⌉ + E + 1``)."""
     i_tm = tl.program_id(0)
     i_n = tl.program_id(1)
-    o_e = tl.arange(0, E_POW2)
-    b_size = tl.load(p_sizes + o_e, mask=o_e < E, other=0)
-    b_tiles = (b_size + BLOCK_M - 1) // BLOCK_M
+    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, E_POW2, BLOCK_M)
     b_tile_end = tl.cumsum(b_tiles, 0)
     i_e = tl.sum((b_tile_end <= i_tm).to(tl.int32), 0)  # experts entirely before this tile
+    o_n = i_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < N
     if i_e < E:
-        m_e = o_e == i_e
+        m_e = tl.arange(0, E_POW2) == i_e
         size = tl.sum(tl.where(m_e, b_size, 0), 0)
-        row0 = tl.sum(tl.where(m_e, tl.cumsum(b_size, 0) - b_size, 0), 0)
+        row0 = tl.sum(tl.where(m_e, b_row0, 0), 0)
         tile0 = tl.sum(tl.where(m_e, b_tile_end - b_tiles, 0), 0)
         o_r = (i_tm - tile0) * BLOCK_M + tl.arange(0, BLOCK_M)  # rows within the expert's group
         m_m = o_r < size
         o_m = row0.to(tl.int64) + o_r
-        o_n = i_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_n = o_n < N
         o_k = tl.arange(0, BLOCK_K)
         p_a_k = p_a + o_m[:, None] * s_am + o_k[None, :] * s_ak
         p_b_k = p_b + i_e.to(tl.int64) * s_be + o_k[:, None] * s_bk + o_n[None, :] * s_bn
@@ -75,14 +119,20 @@ def _grouped_matmul_kernel(
             p_b_k += BLOCK_K * s_bk
         p_c_t = p_c + o_m[:, None] * s_cm + o_n[None, :] * s_cn
         tl.store(p_c_t, acc.to(p_c.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+    else:
+        row0, rows, o_z = uncovered_tile(i_tm - tl.sum(b_tiles, 0), lo, hi, T, BLOCK_M)
+        o_r = o_z + tl.arange(0, BLOCK_M)
+        p_c_t = p_c + (row0.to(tl.int64) + o_r)[:, None] * s_cm + o_n[None, :] * s_cn
+        zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=p_c.dtype.element_ty)
+        tl.store(p_c_t, zeros, mask=(o_r < rows)[:, None] & m_n[None, :])
 
 
 @triton.jit
 def _grouped_tma_kernel(
-    p_a, p_b, p_c, p_sizes,
+    p_a, p_b, p_c, p_idx,
     T, N, K, E,
-    s_am, s_b, s_cm,
-    B_T: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
+    s_am, s_b, s_cm, s_idx,
+    OFFSETS: tl.constexpr, B_T: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_SMS: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
@@ -91,18 +141,18 @@ def _grouped_tma_kernel(
     weight ``[N, K]``; expert ``e``'s tile at row ``e·N + n``: a tile past N reads the next expert's rows,
     which land in output columns ≥ N and are not stored), else ``[E·K, N]`` (needs ``K % BLOCK_K == 0`` so
     no K tile crosses into the next expert). Grid ``(NUM_SMS,)``; work unit ``u`` of expert ``e`` covers
-    m-tile ``u % mt_e`` and n-tile ``u // mt_e`` (m fastest: the SMs in flight share B column blocks)."""
+    m-tile ``u % mt_e`` and n-tile ``u // mt_e`` (m fastest: the SMs in flight share B column blocks).
+    The rows no group covers are zeroed by a second loop, after the GEMM loop (zero trips when the groups
+    cover ``T``), so the pipelined main loop is the same as without it."""
     d_a = tl.make_tensor_descriptor(p_a, [T, K], [s_am, 1], [BLOCK_M, BLOCK_K])
     if B_T:
         d_b = tl.make_tensor_descriptor(p_b, [E * N, K], [s_b, 1], [BLOCK_N, BLOCK_K])
     else:
         d_b = tl.make_tensor_descriptor(p_b, [E * K, N], [s_b, 1], [BLOCK_K, BLOCK_N])
     o_e = tl.arange(0, E_POW2)
-    b_size = tl.load(p_sizes + o_e, mask=o_e < E, other=0)
-    b_tiles = (b_size + BLOCK_M - 1) // BLOCK_M
+    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, E_POW2, BLOCK_M)
     n_n = tl.cdiv(N, BLOCK_N)
     b_unit_end = tl.cumsum(b_tiles, 0) * n_n
-    b_row0 = tl.cumsum(b_size, 0) - b_size
     n_units = tl.sum(b_tiles, 0) * n_n
     k_tiles = tl.cdiv(K, BLOCK_K)
     for i_u in tl.range(tl.program_id(0), n_units, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
@@ -136,6 +186,16 @@ def _grouped_tma_kernel(
         o_cn = (i_l // mt) * BLOCK_N
         d_c.store([o_cm, o_cn], c_0)
         d_c.store([o_cm, o_cn + BLOCK_N // 2], c_1)
+    # rows no group covers, [0, lo) and [hi, T): zero tiles through a descriptor over their range
+    n_zero = (tl.cdiv(lo, BLOCK_M) + tl.cdiv(T - hi, BLOCK_M)) * n_n
+    zeros = tl.zeros((BLOCK_M, BLOCK_N // 2), dtype=p_c.dtype.element_ty)
+    for i_u in tl.range(tl.program_id(0), n_zero, NUM_SMS):
+        row0, rows, o_zm = uncovered_tile(i_u % (n_zero // n_n), lo, hi, T, BLOCK_M)
+        d_z = tl.make_tensor_descriptor(p_c + row0.to(tl.int64) * s_cm, [rows, N], [s_cm, 1],
+                                        [BLOCK_M, BLOCK_N // 2])
+        o_zn = (i_u // (n_zero // n_n)) * BLOCK_N
+        d_z.store([o_zm, o_zn], zeros)
+        d_z.store([o_zm, o_zn + BLOCK_N // 2], zeros)
 
 
 @cached_plan
@@ -161,7 +221,8 @@ def _grouped_tma_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b
     _, k, n = b.shape
     if a.stride(1) != 1 or (a.stride(0) * size) % 16 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return None
-    if out.stride(1) != 1 or (out.stride(0) * size) % 16:  # C's per-expert descriptor starts at any row
+    # C's per-expert descriptor starts at any row (C may be bf16 where the interpreter reads fp32 a, b)
+    if out.stride(1) != 1 or (out.stride(0) * out.element_size()) % 16:
         return None
     if b.stride(1) == 1 and b.stride(0) == n * b.stride(2) and (b.stride(2) * size) % 16 == 0:
         return True, b.stride(2)  # [E, N, K] storage, viewed [E, K, N]
@@ -170,11 +231,15 @@ def _grouped_tma_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b
     return None
 
 
-def _grouped_forward(a: torch.Tensor, b: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+def _grouped_forward(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor, offsets: bool) -> torch.Tensor:
     t, (n_exp, k, n) = a.shape[0], b.shape
     out = empty((t, n), dtype=a.dtype, device=a.device)
-    if out.numel() == 0 or n_exp == 0:
+    if out.numel() == 0:
         return out
+    if n_exp == 0:  # no group: every row is uncovered
+        return out.zero_()
+    precision = _precision(a.dtype)
+    a, b = interpreter_dot_operand(a), interpreter_dot_operand(b)  # fp32 dots for bf16 under the interpreter
     forced = _FORCED_PLAN.get()  # forward.forced_plan (config sweeps, tests): overrides the default plan
     tma_ops = _grouped_tma_operands(a, b, out, 64) if k > 0 and (tma_available() or forced) else None
     plan = forced or grouped_plan(t, n, n_exp, a.element_size(), tma_ops is not None)
@@ -186,17 +251,17 @@ def _grouped_forward(a: torch.Tensor, b: torch.Tensor, sizes: torch.Tensor) -> t
             ensure_tma_allocator()
         b_t, s_b = tma_ops
         n_sms = sm_count(a.device.index or 0) if a.is_cuda else sm_count()
-        units = (cdiv(t, plan.BLOCK_M) + n_exp) * cdiv(n, plan.BLOCK_N)
-        launch(_grouped_tma_kernel, (min(n_sms, units), 1, 1), a, b, out, sizes, t, n, k, n_exp,
-               a.stride(0), s_b, out.stride(0),
-               num_warps=plan.num_warps, num_stages=plan.num_stages, B_T=b_t, PRECISION=_precision(a.dtype),
-               E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
-               NUM_SMS=n_sms, FLATTEN=plan.FLATTEN, WARP_SPECIALIZE=plan.WARP_SPECIALIZE)
+        units = (cdiv(t, plan.BLOCK_M) + n_exp + 1) * cdiv(n, plan.BLOCK_N)
+        launch(_grouped_tma_kernel, (min(n_sms, units), 1, 1), a, b, out, groups, t, n, k, n_exp,
+               a.stride(0), s_b, out.stride(0), groups.stride(0),
+               num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, B_T=b_t,
+               PRECISION=precision, E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
+               BLOCK_K=plan.BLOCK_K, NUM_SMS=n_sms, FLATTEN=plan.FLATTEN, WARP_SPECIALIZE=plan.WARP_SPECIALIZE)
         return out
-    grid = (cdiv(t, plan.BLOCK_M) + n_exp, cdiv(n, plan.BLOCK_N), 1)
-    launch(_grouped_matmul_kernel, grid, a, b, out, sizes, n, k, n_exp,
-           *a.stride(), *b.stride(), *out.stride(),
-           num_warps=plan.num_warps, num_stages=plan.num_stages, PRECISION=_precision(a.dtype),
+    grid = (cdiv(t, plan.BLOCK_M) + n_exp + 1, cdiv(n, plan.BLOCK_N), 1)
+    launch(_grouped_matmul_kernel, grid, a, b, out, groups, t, n, k, n_exp,
+           *a.stride(), *b.stride(), *out.stride(), groups.stride(0),
+           num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, PRECISION=precision,
            E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K)
     return out
 
@@ -206,33 +271,48 @@ _grouped_op = torch.library.custom_op("kernelworks::grouped_matmul", mutates_arg
 
 
 @_grouped_op.register_fake
-def _grouped_fake(a, b, sizes):
+def _grouped_fake(a, b, groups, offsets):
     return a.new_empty((a.shape[0], b.shape[2]))
 
 
-def _sizes(group_sizes: object, offsets: object, n_experts: int, a: torch.Tensor) -> torch.Tensor:
-    """The ``[E]`` int32 sizes on ``a``'s device, from ``group_sizes`` (tensor or list) or ``offsets``."""
+def _check_group_list(name: str, values: list | tuple, total: int, offsets: bool) -> None:
+    """A host list of sizes or offsets, checked always (its values are on the host: no sync)."""
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise TypeError(f"{name}: expected ints, got {list(values)}")
+    bad = [i for i, v in enumerate(values) if v < 0 or (offsets and i and v < values[i - 1])]
+    if bad:
+        want = "non-decreasing offsets >= 0" if offsets else "sizes >= 0"
+        raise ValueError(f"{name}: expected {want}, got {values[bad[0]]} at index {bad[0]}")
+    end, what = (values[-1], "offsets ending") if offsets and values else (sum(values), "sizes summing")
+    if end > total:
+        raise ValueError(f"{name}: expected groups within a's {total} rows, got {what} at {end}")
+
+
+def _groups(group_sizes: object, offsets: object, n_experts: int, a: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``(index tensor on a's device, whether it holds offsets)`` from ``group_sizes`` or ``offsets``
+    (tensor, any strides, or list). Values are checked on the host for lists, and for tensors in
+    validation mode only (a device sync); the kernels bound them either way."""
     if (group_sizes is None) == (offsets is None):
         raise ValueError("group_sizes, offsets: expected exactly one of them")
-    if offsets is not None:
-        name, t, want = "offsets", offsets, n_experts + 1
-    else:
-        name, t, want = "group_sizes", group_sizes, n_experts
+    is_offsets = offsets is not None
+    name, t = ("offsets", offsets) if is_offsets else ("group_sizes", group_sizes)
+    total = a.shape[0]
     if isinstance(t, (list, tuple)):
-        if any(not isinstance(v, int) or v < 0 for v in t):
-            raise ValueError(f"{name}: expected non-negative ints, got {list(t)}")
-        total = t[-1] - t[0] if offsets is not None and t else sum(t)
-        if total != a.shape[0]:
-            raise ValueError(f"{name}: expected groups covering a's {a.shape[0]} rows, got {total}")
-        t = torch.tensor(t, dtype=torch.int32, device=a.device)
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor or a list of ints, got {type(t).__name__}")
-    check_dtype(name, t, (torch.int32, torch.int64))
-    check_same_device(("a", name), (a, t))
+        _check_group_list(name, t, total, is_offsets)
+        t = torch.tensor(t, dtype=torch.int64, device=a.device)
+    check_index_tensor(name, t, ndim=1, like=a, allow_empty=True)
+    want = n_experts + is_offsets
     if tuple(t.shape) != (want,):
         raise ValueError(f"{name}: expected shape ({want},) for b's {n_experts} experts, got {tuple(t.shape)}")
-    sizes = t[1:] - t[:-1] if offsets is not None else t
-    return sizes if sizes.dtype == torch.int32 else sizes.to(torch.int32)
+    if planning_active():  # kw inspect's stand-in inputs (uninitialised) hold no values to check
+        return t, is_offsets
+    if is_offsets:
+        check_offsets(name, t, total, start_at_zero=False)
+    else:
+        check_index_values(name, t, 0, total + 1)
+        if validation_enabled() and t.numel() and int(t.sum()) > total:
+            raise ValueError(f"{name}: expected sizes summing to at most {total} (a's rows), got {int(t.sum())}")
+    return t, is_offsets
 
 
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor | list[int] | None = None, *,
@@ -243,15 +323,21 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor |
         a: ``[T, K]`` tokens sorted by expert; float16, bfloat16 or float32, any strides.
         b: ``[E, K, N]`` in ``a``'s dtype, any strides: expert weights stored ``[E, N, K]`` (each an
             ``nn.Linear`` weight) are passed as ``w.transpose(1, 2)``, no copy.
-        group_sizes: ``[E]`` int32/int64 rows per expert (0 allowed), a tensor on ``a``'s device (never read
-            on the host: no synchronisation) or a list of ints (checked to sum to T).
-        offsets: instead of ``group_sizes``: ``[E + 1]`` row offsets, ``offsets[0] = 0``, ``offsets[E] = T``.
+        group_sizes: ``[E]`` int32/int64 rows per expert (0 allowed), any strides; a tensor on ``a``'s
+            device (never read on the host: no synchronisation) or a list of ints.
+        offsets: instead of ``group_sizes``: ``[E + 1]`` non-decreasing row offsets, expert ``e`` on rows
+            ``[offsets[e], offsets[e + 1])`` (usually ``offsets[0] = 0``, ``offsets[E] = T``).
 
-    The groups must cover ``a``'s rows exactly (``Σ sizes = T``); with a device tensor that is the caller's
-    contract (rows past the last group are left unwritten).
+    The groups cover ``a``'s rows in order, at most all of them (``Σ sizes ≤ T``); rows no group covers come
+    back zero (padded token buffers). Lists are checked on the host; device tensors only in validation
+    mode (:func:`kernelworks.validation`, one sync) — otherwise bad values cannot reach memory outside the
+    tensors (a negative size is an empty group, groups are cut at ``T``) but give a meaningless result.
 
     Returns:
         ``[T, N]`` in ``a``'s dtype, fp32 accumulation.
+
+    Raises:
+        NotImplementedError: with grad mode on and ``a`` or ``b`` requiring grad (no backward yet).
 
     Example::
 
@@ -264,6 +350,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor |
         raise TypeError(f"a, b: expected one dtype, got a={a.dtype}, b={b.dtype}")
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"b: expected [E, {a.shape[1]}, N] (a's K), got shape {tuple(b.shape)}")
-    sizes = _sizes(group_sizes, offsets, b.shape[0], a)
+    refuse_autograd("grouped_matmul", a=a, b=b)
+    groups, is_offsets = _groups(group_sizes, offsets, b.shape[0], a)
     op = _grouped_op if torch.compiler.is_compiling() else _grouped_forward
-    return op(a, b, sizes)
+    return op(a, b, groups, is_offsets)

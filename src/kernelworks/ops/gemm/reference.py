@@ -78,8 +78,9 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
 
 
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
-    """``C[rows of group e] = A[rows of group e] @ B[e]``: a loop of ``torch.matmul`` (the baseline)."""
-    out = a.new_empty((a.shape[0], b.shape[2]))
+    """``C[rows of group e] = A[rows of group e] @ B[e]``: a loop of ``torch.matmul`` (the baseline); rows
+    past the groups (``Σ sizes < T``) are zero."""
+    out = a.new_zeros((a.shape[0], b.shape[2]))
     start = 0
     for e, size in enumerate(group_sizes.tolist()):
         out[start:start + size] = torch.matmul(a[start:start + size], b[e])
