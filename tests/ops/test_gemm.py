@@ -1,17 +1,22 @@
 """GEMM family: ``matmul`` against the float64 reference (every epilogue, layouts, batching, empty K,
 split-K), its backward, bad input, torch.compile, and the Hopper kernels compiled ahead of time for sm_90.
-CPU tests run under Triton's interpreter (fp16/fp32: the interpreter mis-computes bf16 dots)."""
+CPU tests run under Triton's interpreter (bf16 too: the launchers feed its dots fp32 operands). The
+grouped kernels' index tensors are bounded in the kernel whatever their values (validation off), and checked
+on the host in validation mode (on in the test suite)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 import torch
 
+import kernelworks
 from kernelworks.check.compare import compare
 from kernelworks.inspect import inspect_op
 from kernelworks.ops.gemm import FP8_MATMUL_SPEC, GROUPED_MATMUL_SPEC, MATMUL_SPEC, forward, reference
+from kernelworks.ops.gemm import grouped as grouped_module
 from kernelworks.ops.gemm.api import matmul
 from kernelworks.ops.gemm.forward import Plan, forced_plan, matmul_plan
 from kernelworks.ops.gemm.fp8 import fp8_matmul
@@ -530,7 +535,11 @@ def test_grouped_matches_loop_of_matmuls(sizes, dtype):
 
 
 @pytest.mark.parametrize("kwargs,exc,name", [
-    ({"group_sizes": [3, 3]}, ValueError, "group_sizes"),         # sums to 6, a has 8 rows
+    ({"group_sizes": [3, 6]}, ValueError, "group_sizes"),         # sums to 9, a has 8 rows
+    ({"group_sizes": [-1, 5]}, ValueError, "group_sizes"),        # lists are checked on the host, always
+    ({"group_sizes": [3, True]}, TypeError, "group_sizes"),
+    ({"group_sizes": None, "offsets": [0, 5, 3]}, ValueError, "offsets"),   # decreasing
+    ({"group_sizes": None, "offsets": [0, 3, 9]}, ValueError, "offsets"),   # past a's 8 rows
     ({"group_sizes": [8]}, ValueError, "group_sizes"),            # 1 size for 2 experts
     ({"group_sizes": torch.tensor([4.0, 4.0])}, TypeError, "group_sizes"),
     ({"group_sizes": None}, ValueError, "group_sizes, offsets"),
@@ -544,11 +553,13 @@ def test_grouped_bad_input(kwargs, exc, name):
         grouped_matmul(**kw)
 
 
-def test_grouped_torch_compile_fullgraph():
+@pytest.mark.parametrize("offsets", [False, True], ids=["sizes", "offsets"])
+def test_grouped_torch_compile_fullgraph(offsets):
     a, b = _grouped_inputs([3, 0, 6], 16, 8)
-    t = torch.tensor([3, 0, 6], dtype=torch.int32, device=DEVICE)
-    out = torch.compile(grouped_matmul, backend="aot_eager", fullgraph=True)(a, b, t)
-    assert torch.equal(out, grouped_matmul(a, b, t))
+    t = torch.tensor([0, 3, 3, 9] if offsets else [3, 0, 6], dtype=torch.int32, device=DEVICE)
+    kw = {"offsets": t} if offsets else {"group_sizes": t}
+    out = torch.compile(lambda a, b: grouped_matmul(a, b, **kw), backend="aot_eager", fullgraph=True)(a, b)
+    assert torch.equal(out, grouped_matmul(a, b, **kw))
 
 
 def test_expert_sizes_are_skewed_and_exact():
@@ -611,3 +622,210 @@ def test_grouped_tma_plan_refuses_unreadable_operands():
     a, b = _grouped_inputs([3, 5], 36, 24)  # row-major view of K-major storage is fine; a sliced A is not
     with forced_plan(Plan(True, 16, 32, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
         grouped_matmul(a[:, 1:33], b[:, 1:33], [3, 5])
+
+
+# ------------------------------------------------- grouped: index tensors are bounded in the kernel (issue 15)
+
+_TMA_PLAN = Plan(True, 16, 32, 32, 4, 1)  # the Hopper grouped kernel, forced (the interpreter runs it too)
+
+
+def _paths():
+    return pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
+
+
+def _run_grouped(tma, *args, **kwargs):
+    with contextlib.ExitStack() as stack:
+        if tma:
+            stack.enter_context(forced_plan(_TMA_PLAN))
+        return grouped_matmul(*args, **kwargs)
+
+
+def _bounded_groups(values, t, offsets):
+    """The groups the kernels read from any index values: sizes clamped into [0, T] (negative: empty),
+    offsets clamped into [0, T] with a decreasing step an empty group; laid end to end from ``offsets[0]``
+    (0 for sizes) and cut at T. Returns ``[(start, end)]`` per expert."""
+    def clamp(v):
+        return min(max(v, 0), t)
+
+    if offsets:
+        start, sizes = clamp(values[0]), [max(clamp(h) - clamp(lo), 0) for lo, h in itertools.pairwise(values)]
+    else:
+        start, sizes = 0, [clamp(v) for v in values]
+    rows = []
+    for s in sizes:
+        rows.append((min(start, t), min(start + s, t)))
+        start += s
+    return rows
+
+
+@_paths()
+@pytest.mark.parametrize("layout", ["strided", "expanded", "int64", "offsets_strided", "offsets_list"])
+def test_grouped_index_layouts_equal_contiguous(layout, tma):
+    """Group sizes / offsets as strided or expanded (stride 0) views, int64, or lists give the contiguous
+    int32 result: the kernels take the index tensor's stride (a strided view used to be read as contiguous:
+    wrong groups, or a crash)."""
+    torch.manual_seed(16)
+    sizes = [3, 3, 3, 3] if layout == "expanded" else [4, 0, 7, 2]
+    a, b = _grouped_inputs([13], 32, 24)
+    b = _rand(4, 24, 32, scale=32 ** -0.5).transpose(1, 2)
+    contiguous = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    if layout == "strided":  # every other element of [E, 2]; the gaps hold values that would break a kernel
+        kw = {"group_sizes": torch.tensor([[s, 99] for s in sizes], dtype=torch.int32, device=DEVICE)[:, 0]}
+    elif layout == "expanded":
+        kw = {"group_sizes": torch.tensor([3], dtype=torch.int32, device=DEVICE).expand(4)}
+    elif layout == "int64":
+        kw = {"group_sizes": contiguous.long()}
+    elif layout == "offsets_strided":
+        kw = {"offsets": torch.tensor([[o, -7] for o in offsets], device=DEVICE)[:, 0]}
+    else:
+        kw = {"offsets": offsets}
+    with poison_outputs():
+        out = _run_grouped(tma, a, b, **kw)
+        want = _run_grouped(tma, a, b, contiguous)
+    assert torch.equal(out, want)
+    torch.testing.assert_close(out, reference.grouped_matmul(a, b, contiguous), rtol=1e-5, atol=1e-5)
+
+
+# (argument, values, index dtype, valid: allowed by the contract, bad value the validation error names)
+_GROUP_VALUES = [
+    pytest.param("group_sizes", [5, 20, 9], torch.int32, False, "20", id="sizes_past_T"),
+    pytest.param("group_sizes", [-4, 6, 3], torch.int32, False, "-4", id="negative_size"),
+    pytest.param("group_sizes", [2**31 - 1, 2**31 - 1, 5], torch.int64, False, "2147483647", id="sum_overflows"),
+    pytest.param("group_sizes", [-2**31, 7, 2**31 - 1], torch.int32, False, "-2147483648", id="int32_extremes"),
+    pytest.param("group_sizes", [2, 3, 1], torch.int32, True, None, id="uncovered_tail"),
+    pytest.param("offsets", [4, 6, 6, 9], torch.int32, True, None, id="offsets_head_and_tail"),
+    pytest.param("offsets", [0, 8, 3, 13], torch.int32, False, "8 then 3", id="offsets_decreasing"),
+    pytest.param("offsets", [0, 5, 9, 40], torch.int32, False, "40", id="offsets_past_T"),
+    pytest.param("offsets", [-5, 100, -3, 2**40], torch.int64, False, "-5", id="offsets_out_of_range"),
+]
+
+
+@_paths()
+@pytest.mark.parametrize("name,values,dtype,valid,_bad", _GROUP_VALUES)
+def test_grouped_bad_groups_stay_inside_the_tensors(name, values, dtype, valid, _bad, tma, monkeypatch):
+    """Validation off, any index values: the operands sit inside larger buffers whose guard rows and guard
+    expert hold NaN (a read outside ``a``/``b`` would put NaN in the output), the output inside a buffer
+    whose guard rows hold a sentinel (a write outside ``c`` would change it). The result is the bounded
+    groups' product and rows no group covers are zero (not unwritten). Before: out-of-range reads and
+    writes (heap corruption on the CPU), unwritten rows."""
+    torch.manual_seed(17)
+    t, k, n, e, pad = 13, 32, 24, 3, 16
+    a_buf = torch.full((t + 2 * pad, k), float("nan"), device=DEVICE)
+    a = a_buf[pad:pad + t]
+    a.copy_(torch.randn(t, k))
+    b_buf = torch.full((e + 2, n, k), float("nan"), device=DEVICE)
+    b_buf[1:e + 1] = torch.randn(e, n, k) * k ** -0.5
+    b = b_buf[1:e + 1].transpose(1, 2)
+    sentinel, outs = 1234.5, []
+
+    def guarded_empty(shape, *, dtype, device):
+        buf = torch.full((shape[0] + 2 * pad, *shape[1:]), sentinel, dtype=dtype, device=device)
+        outs.append(buf)
+        return buf[pad:pad + shape[0]]
+
+    monkeypatch.setattr(grouped_module, "empty", guarded_empty)
+    idx = torch.tensor(values, dtype=dtype, device=DEVICE)
+    with kernelworks.validation(False):
+        out = _run_grouped(tma, a, b, **{name: idx})
+    (buf,) = outs
+    assert bool((buf[:pad] == sentinel).all()) and bool((buf[pad + t:] == sentinel).all()), "write outside c"
+    want = torch.zeros(t, n, dtype=torch.float64)
+    for i_e, (lo, hi) in enumerate(_bounded_groups(values, t, name == "offsets")):
+        want[lo:hi] = a[lo:hi].double() @ b[i_e].double()
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    if valid:  # the contract allows these (Σ sizes < T, offsets[0] > 0): no error with validation on
+        assert torch.equal(_run_grouped(tma, a, b, **{name: idx}), out)
+
+
+@pytest.mark.parametrize("name,values,dtype,valid,bad", [p for p in _GROUP_VALUES if not p.values[3]])
+def test_grouped_validation_names_the_bad_value(name, values, dtype, valid, bad):
+    """Validation mode (on in the test suite): bad group sizes / offsets raise a ValueError naming the
+    argument and the bad value, before any launch."""
+    a, b = _grouped_inputs([13], 32, 24)
+    b = _rand(3, 24, 32).transpose(1, 2)
+    with pytest.raises(ValueError, match=rf"^{name}:.*{bad}"):
+        grouped_matmul(a, b, **{name: torch.tensor(values, dtype=dtype, device=DEVICE)})
+
+
+def test_grouped_no_experts_gives_zeros():
+    """E = 0: no group covers any row, so the output is all zeros (it used to come back unwritten)."""
+    a = _rand(5, 8)
+    with poison_outputs():
+        out = grouped_matmul(a, _rand(0, 8, 6), torch.empty(0, dtype=torch.int32, device=DEVICE))
+    assert torch.equal(out, torch.zeros(5, 6, device=DEVICE))
+
+
+def test_forward_only_ops_refuse_inputs_that_require_grad():
+    """``grouped_matmul`` and ``fp8_matmul`` have no backward: with grad mode on, an input that requires grad
+    raises (the output used to come back detached, the gradient silently lost); under ``no_grad`` the call
+    runs."""
+    a, b = _grouped_inputs([3, 5], 16, 8)
+    with pytest.raises(NotImplementedError, match=r"^a: grouped_matmul has no backward"):
+        grouped_matmul(a.detach().requires_grad_(True), b, [3, 5])
+    with pytest.raises(NotImplementedError, match=r"^b: grouped_matmul has no backward"):
+        grouped_matmul(a, b.detach().requires_grad_(True), [3, 5])
+    with torch.no_grad():
+        grouped_matmul(a.detach().requires_grad_(True), b, [3, 5])
+    scale = torch.ones((), device=DEVICE, requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"^scale_a: fp8_matmul has no backward"):
+        fp8_matmul(_fp8(4, 256), _fp8(64, 256).t(), scale, torch.ones((), device=DEVICE))
+
+
+# ----------------------------------------------------------------- bf16 (under the interpreter: fp32 dots)
+
+
+@pytest.mark.parametrize("kind", ["bias-gelu-res_t", "swiglu-bias_strided", "split_k", "shared_b-res_bcast"])
+def test_bf16_within_tolerance(kind):
+    """bf16 within 2× PyTorch's own bf16 error — under the interpreter too, whose ``tl.dot`` on bf16 returns
+    garbage (~1e9 for 0.5): the launcher feeds it fp32 operands and stores bf16. Epilogue operands with odd
+    strides ride along (a transposed / broadcast residual, a strided bias)."""
+    torch.manual_seed(18)
+    m, n, k = (2, 32, 160) if kind == "split_k" else (13, 24, 40)
+    a = _rand(2, m, k, dtype=BF16) if kind.startswith("shared_b") else _rand(m, k, dtype=BF16)
+    kw = {"a": a, "b": _rand(k, n, dtype=BF16, scale=k ** -0.5)}
+    if kind == "bias-gelu-res_t":
+        kw.update(bias=_rand(n, dtype=BF16), activation="gelu", residual=_rand(n, m, dtype=BF16).t())
+    elif kind == "swiglu-bias_strided":
+        kw.update(bias=_rand(3 * n, dtype=BF16)[::3], activation="swiglu")
+    elif kind == "shared_b-res_bcast":
+        kw.update(residual=_rand(n, dtype=BF16).expand(2, m, n))
+    with poison_outputs():
+        out = matmul(**kw)
+    assert out.dtype == BF16
+    _check(out, kw, BF16)
+
+
+def test_bf16_backward_within_tolerance():
+    """The bf16 backward's GEMMs (transposed views) go through the same fp32-operand path."""
+    torch.manual_seed(19)
+    a, b, bias = _rand(11, 24, dtype=BF16), _rand(24, 16, dtype=BF16, scale=0.2), _rand(16, dtype=BF16)
+    go = _rand(11, 16, dtype=BF16)
+
+    def grads(fn, dtype):
+        leaves = [t.detach().to(dtype).requires_grad_(True) for t in (a, b, bias)]
+        out = fn(leaves[0], leaves[1], bias=leaves[2], activation="gelu")
+        return torch.autograd.grad(out, leaves, go.to(dtype))
+
+    ours, base = grads(matmul, BF16), grads(reference.matmul, BF16)
+    for name, g, r, bl in zip(["a", "b", "bias"], ours, grads(reference.matmul, torch.float64), base):
+        c = compare(name, g, r, bl, default_tolerance(BF16), expected_dtype=BF16)
+        assert c.passed, c
+
+
+@_paths()
+def test_grouped_bf16_within_tolerance(tma):
+    """bf16 grouped products (pointer and TMA kernels) within 2× the torch loop's bf16 error."""
+    torch.manual_seed(20)
+    sizes = [5, 0, 21, 6]
+    a = _rand(sum(sizes), 64, dtype=BF16)
+    b = _rand(4, 40, 64, dtype=BF16, scale=0.125).transpose(1, 2)
+    t = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    with poison_outputs():
+        out = _run_grouped(tma, a, b, t)
+    assert out.dtype == BF16
+    c = compare("out", out, reference.grouped_matmul(a.double(), b.double(), t), reference.grouped_matmul(a, b, t),
+                default_tolerance(BF16), expected_dtype=BF16)
+    assert c.passed, c

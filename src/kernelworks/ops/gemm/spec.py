@@ -59,7 +59,7 @@ def _matmul_inputs(case: Case, device: torch.device) -> dict:
 
 def _matmul_check_cases() -> list[Case]:
     """CPU cases stay at ≤ 64 in at least two of M, N, K (the interpreter runs dots in numpy per program);
-    bf16 and real sizes are GPU-only."""
+    real sizes are GPU-only (bf16 runs under the interpreter too, on fp32 dot operands)."""
     return [
         case("1x1x1", _F32, M=1, N=1, K=1, tags=("quick",)),
         case("3x3x3", _F16, M=3, N=3, K=3),
@@ -90,6 +90,8 @@ def _matmul_check_cases() -> list[Case]:
         case("3x9x20x24-shared_b", _F16, batch=3, M=9, N=20, K=24, shared_b=True, bias=True),
         case("3x9x20x24-shared_b-a_t", _F32, batch=3, M=9, N=20, K=24, shared_b=True, a_t=True),
         case("2x9x20x24-batched-res", _F16, batch=2, M=9, N=20, K=24, b_t=True, residual=True),
+        case("20x24x33-bias-gelu-res", _BF16, M=20, N=24, K=33, bias=True, act="gelu", residual=True),
+        case("20x48x33-swiglu-b_t", _BF16, M=20, N=48, K=33, act="swiglu", b_t=True),
         # GPU: bf16, the Hopper path (M > 64, aligned), decode split-K at real sizes
         case("127x17x127", _BF16, M=127, N=17, K=127, tags=("gpu",)),
         case("512x512x512", _BF16, M=512, N=512, K=512, tags=("gpu",)),
@@ -320,7 +322,9 @@ FP8_MATMUL_SPEC = register(OpSpec(
 
 # ---------------------------------------------------------------------------------------- grouped_matmul
 # Case params: T tokens, K, N, E experts, ``skew`` ("uniform", "zipf": a few experts take most tokens, some
-# none). b is stored [E, N, K] (each expert an nn.Linear weight) and passed as its [E, K, N] transpose.
+# none), ``pad_rows`` (rows past the groups, as in a padded token buffer: zero in the output),
+# ``strided_sizes`` (group sizes as a stride-2 view). b is stored [E, N, K] (each expert an nn.Linear
+# weight) and passed as its [E, K, N] transpose.
 
 
 def expert_sizes(tokens: int, experts: int, skew: str) -> list[int]:
@@ -338,10 +342,13 @@ def expert_sizes(tokens: int, experts: int, skew: str) -> list[int]:
 
 def _grouped_inputs(case: Case, device: torch.device) -> dict:
     t, k, n, e = case["T"], case["K"], case["N"], case["E"]
-    sizes = expert_sizes(t, e, case.get("skew", "zipf"))
+    sizes = torch.tensor(expert_sizes(t - case.get("pad_rows", 0), e, case.get("skew", "zipf")), dtype=torch.int32,
+                         device=device)
+    if case.get("strided_sizes"):  # every other element of [E, 2]; the gaps hold -1
+        sizes = torch.stack([sizes, torch.full_like(sizes, -1)], 1)[:, 0]
     return {"a": randn((t, k), case, device),
             "b": randn((e, n, k), case, device, scale=k ** -0.5).transpose(1, 2),
-            "group_sizes": torch.tensor(sizes, dtype=torch.int32, device=device)}
+            "group_sizes": sizes}
 
 
 def _grouped_cost(case: Case, mode: str) -> Cost:
@@ -358,6 +365,8 @@ GROUPED_MATMUL_SPEC = register(OpSpec(
         case("22x40x24-e3", _F16, T=22, K=40, N=24, E=3, tags=("quick",)),
         case("45x33x20-e5-zipf", _F32, T=45, K=33, N=20, E=5),       # empty experts, K not a multiple of 16
         case("19x16x16-e1", _F32, T=19, K=16, N=16, E=1, skew="uniform"),
+        case("21x40x24-e3", _BF16, T=21, K=40, N=24, E=3),
+        case("30x32x24-e4-padded-strided_sizes", _F16, T=30, K=32, N=24, E=4, pad_rows=5, strided_sizes=True),
         case("4096x512x1024-e8", _BF16, T=4096, K=512, N=1024, E=8, tags=("gpu",)),
         case("1000x256x384-e64", _BF16, T=1000, K=256, N=384, E=64, tags=("gpu",)),
     ],
