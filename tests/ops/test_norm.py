@@ -157,6 +157,42 @@ def test_layer_norm_large_mean(cols):
     assert (y.double() - ref).abs().max() < 2e-4
 
 
+def _assert_rows_close(got, want, rtol):
+    """Row by row, relative to the row's largest reference value (rows 1e20 apart in scale share a tensor)."""
+    got, want = got.double().reshape(-1, got.shape[-1]), want.double().reshape(-1, want.shape[-1])
+    scale = want.abs().amax(dim=-1, keepdim=True).clamp(min=1e-30)
+    err = ((got - want).abs() / scale).amax(dim=-1)
+    assert torch.isfinite(got).all() and (err <= rtol).all(), f"row errors relative to the row's max: {err}"
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("cols", [300, LOOPED], ids=["one-pass", "looped"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "res"])
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, in the interpreter's first pass
+def test_huge_inputs_do_not_overflow_the_statistics(op, cols, residual):
+    """|h| near 1e20 in fp32: h² overflows, and torch's fp32 norms return the bias (LayerNorm) or 0
+    (RMSNorm) there. Ours match float64, forward and backward; the rows of ordinary size sharing the
+    program keep the bits they have alone."""
+    torch.manual_seed(12)
+    ours, ref_fn = OPS[op]
+    kw = _inputs(op, (4, cols), F32, residual=residual)
+    for k in ("x", "residual") if residual else ("x",):
+        kw[k][1:3] *= 1e20  # rows 1 and 2 huge, 0 and 3 ordinary
+    out, grads, gos = _run(ours, kw)
+    ref, ref_grads, _ = _run(ref_fn, kw, gos, dtype=torch.float64)
+    for o, r in zip(out, ref):
+        _assert_rows_close(o, r, 1e-5)
+    for k in grads:
+        if k in ("x", "residual"):
+            _assert_rows_close(grads[k], ref_grads[k], 1e-4)
+        else:
+            torch.testing.assert_close(grads[k].double(), ref_grads[k], rtol=1e-4, atol=1e-4)
+    alone = {**kw, **{k: kw[k][[0, 3]] for k in ("x", "residual") if k in kw}}
+    y_alone = ours(**alone)
+    y_alone = y_alone[0] if residual else y_alone
+    assert torch.equal((out[0])[[0, 3]], y_alone)
+
+
 # Triton's interpreter converts fp32 to bf16 by truncation (the GPU rounds to nearest even), so the bitwise
 # comparison with torch's x + residual runs in fp16 on the CPU and also in bf16 on a GPU.
 _FUSED_DTYPES = [pytest.param(F16, id="fp16"), pytest.param(BF16, id="bf16", marks=pytest.mark.gpu)]

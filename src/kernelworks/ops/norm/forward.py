@@ -7,7 +7,9 @@ With ``h = x`` (or ``h = round(x + residual)`` to the input dtype, the new resid
 
 Statistics are fp32 and saved (``mean``, ``rstd``: fp32 ``[rows]`` each) for the backward; ``y`` is in the
 input dtype, rounded once at the store. The norm reads the *rounded* sum, so ``y`` equals norm(the returned
-residual) exactly, as an unfused add-then-norm computes it. Two kernel shapes:
+residual) exactly, as an unfused add-then-norm computes it. Rows whose squares overflow fp32 (|h| past
+~1e19, where torch's fp32 norms return the bias) have their statistics recomputed on h scaled by a power
+of two (exact), so they match float64; other rows pay one finiteness test. Two kernel shapes:
 
 * **one-pass** (row ≤ :data:`FWD_ONE_PASS_MAX_COLS`): whole rows in registers, several per program for
   short rows (``row_launch``): every byte read once, written once.
@@ -72,18 +74,64 @@ def weight_scale(b_v, p_w, o_n, m_n, offset, HAS_W: tl.constexpr):
 
 
 @triton.jit
-def row_stats(b_h, m_n, n_cols, eps, IS_RMS: tl.constexpr):
-    """``(mean, rstd)`` per row of ``b_h [R, BLOCK_N]`` (masked lanes 0), both fp32 ``[R]``; mean is 0 for
-    RMSNorm. Exact two-step variance (the whole row is in registers, so no E[h²] − E[h]² cancellation).
-    ``div_rn``: a correctly rounded mean makes a constant row's h − μ exactly 0 (y = bias, as in float64)."""
+def _moments(b_h, m_n, n_cols, b_c, b_inv, IS_RMS: tl.constexpr):
+    """``(mean, var)`` of ``h / c`` per row of ``b_h [R, BLOCK_N]`` (masked lanes 0; ``b_c``, ``b_inv``:
+    powers of two ``[R]``, or 1.0), both fp32 ``[R]``; mean is 0 for RMSNorm (var: the mean square). Exact
+    two-step variance (the whole row is in registers, so no E[h²] − E[h]² cancellation). ``div_rn``: a
+    correctly rounded mean makes a constant row's h − μ exactly 0 (y = bias, as in float64). The scaled
+    values are formed where they are summed, never held: (h − c·mean)/c is h/c − mean exactly."""
     if IS_RMS:
         b_mean = tl.zeros([b_h.shape[0]], dtype=tl.float32)
-        b_var = tl.sum(b_h * b_h, axis=1) / n_cols
+        b_hs = b_h * b_inv[:, None]
+        b_var = tl.sum(b_hs * b_hs, axis=1) / n_cols
     else:
-        b_mean = tl.div_rn(tl.sum(b_h, axis=1), n_cols * 1.0)
-        b_d = tl.where(m_n[None, :], b_h - b_mean[:, None], 0.0)
+        b_mean = tl.div_rn(tl.sum(b_h * b_inv[:, None], axis=1), n_cols * 1.0)
+        b_d = tl.where(m_n[None, :], (b_h - (b_mean * b_c)[:, None]) * b_inv[:, None], 0.0)
         b_var = tl.sum(b_d * b_d, axis=1) / n_cols
-    return b_mean, tl.rsqrt(b_var + eps)
+    return b_mean, b_var
+
+
+@triton.jit
+def pow2_scale(b_amax):
+    """``(c, 1/c)``: the power of two at or below ``b_amax`` (its exponent bits), clamped to [1, 2^126], so
+    that both are exact (scaling by them rounds nothing) and 1/c stays a normal float."""
+    b_bits = b_amax.to(tl.int32, bitcast=True) & 0x7F800000
+    b_bits = tl.minimum(tl.maximum(b_bits, 0x3F800000), 0x7E800000)
+    return b_bits.to(tl.float32, bitcast=True), (0x7F000000 - b_bits).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def unscale_stats(b_mean_s, b_var_s, b_c, b_inv, eps):
+    """``(mean, rstd)`` from the statistics of ``h / c``: mean = c·mean_s, rstd = 1/√(c²·var_s + eps), or
+    (1/c)/√var_s where c²·var_s overflows (eps is then negligible). For rows that did not overflow this
+    equals the unscaled computation bit for bit: c is a power of two."""
+    b_var = b_var_s * b_c * b_c  # left to right: 0·c·c is 0, never 0·inf
+    b_rstd = tl.where(b_var < float("inf"), tl.rsqrt(b_var + eps), b_inv * tl.rsqrt(b_var_s))
+    return b_mean_s * b_c, b_rstd
+
+
+@triton.jit
+def overflowed(b_var):
+    """True when any row's variance (or mean square) is not finite: |h| ≳ 1e19 squares past fp32's range."""
+    return tl.max(tl.where(b_var < float("inf"), 0, 1), axis=0) > 0
+
+
+@triton.jit
+def row_stats(b_h, m_n, n_cols, eps, IS_RMS: tl.constexpr):
+    """``(mean, rstd)`` per row of ``b_h [R, BLOCK_N]`` (masked lanes 0), both fp32 ``[R]``; mean is 0 for
+    RMSNorm.
+
+    When a row's squares overflow fp32 (|h| near 1e20: torch's fp32 norm returns the bias there) the block
+    is redone on h scaled by a per-row power of two near max|h| (``pow2_scale``): exact, so the other rows
+    of the block keep their bits, and the usual rows pay only the finiteness test."""
+    b_one = tl.full([b_h.shape[0]], 1.0, dtype=tl.float32)
+    b_mean, b_var = _moments(b_h, m_n, n_cols, b_one, b_one, IS_RMS)
+    b_rstd = tl.rsqrt(b_var + eps)
+    if overflowed(b_var):
+        b_c, b_inv = pow2_scale(tl.max(tl.abs(b_h), axis=1))
+        b_mean_s, b_var_s = _moments(b_h, m_n, n_cols, b_c, b_inv, IS_RMS)
+        b_mean, b_rstd = unscale_stats(b_mean_s, b_var_s, b_c, b_inv, eps)
+    return b_mean, b_rstd
 
 
 @triton.jit
@@ -137,31 +185,22 @@ def _norm_fwd_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_rows, n_col
 
 
 @triton.jit
-def _norm_fwd_looped_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_cols,
-                            stride_x, stride_r, stride_y, stride_h, eps, offset,
-                            TILE: tl.constexpr, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
-                            HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    """Rows too long for registers, one row per program, TILE columns per step; same math and shapes as
-    ``_norm_fwd_kernel``. Pass 1: statistics (and h stored) — Σh² per lane for RMSNorm; per-lane Welford
-    (mean, M2) of h − k for LayerNorm (k: the first tile's mean), merged across lanes at the end
-    (``_welford_combine``), because E[h²] − μ² in fp32 loses the variance when |μ| ≫ σ. Pass 2, backwards
-    (L2-fresh tiles first): y from h re-read (x, or the h just stored — a CTA barrier makes those writes
-    visible).
-    """
-    i_r = tl.program_id(0)
-    o_r = (i_r + tl.arange(0, 1)).to(tl.int64)  # [1]: the helpers work on [rows, cols] blocks
+def _looped_moments(p_xr, p_rr, p_hr, n_cols, b_inv, TILE: tl.constexpr, IS_RMS: tl.constexpr,
+                    HAS_RES: tl.constexpr, SCALED: tl.constexpr):
+    """``(mean, var)`` ``[1]`` of one row's ``h`` (times ``b_inv`` when SCALED), streamed TILE columns a
+    step: Σh² per lane for RMSNorm (mean 0); per-lane Welford (mean, M2) of h − k for LayerNorm (k: the
+    first tile's mean), merged across lanes at the end (``_welford_combine``), because E[h²] − μ² in fp32
+    loses the variance when |μ| ≫ σ. With HAS_RES, h = x + r is formed and stored (read it back from
+    ``p_hr`` afterwards); the row pointers are ``[1, 1]``-shaped blocks' bases."""
     o_t = tl.arange(0, TILE)
-    p_xr = p_x + o_r[:, None] * stride_x
-    p_rr = p_r + o_r[:, None] * stride_r
-    p_hr = p_h + o_r[:, None] * stride_h
-    p_yr = p_y + o_r[:, None] * stride_y
-
     b_k = tl.zeros([1], dtype=tl.float32)
     if not IS_RMS:
         # LN: Welford runs on h − k, k = the first tile's mean, so the running means are O(σ), not O(μ):
         # their rounding errors scale with what they hold (at μ = 100σ, unshifted, 10× torch's error)
         m_0 = (o_t < n_cols)[None, :]
         b_h0 = load_input(p_xr + o_t[None, :], p_rr + o_t[None, :], p_hr + o_t[None, :], m_0, m_0, HAS_RES, False)
+        if SCALED:
+            b_h0 = b_h0 * b_inv[:, None]
         b_k = tl.sum(b_h0, axis=1) / tl.minimum(n_cols, TILE)
     b_a = tl.zeros([1, TILE], dtype=tl.float32)   # RMS: Σh²; LN: running mean of h − k per lane
     b_m2 = tl.zeros([1, TILE], dtype=tl.float32)  # LN: Σ(h − mean)² per lane
@@ -173,6 +212,8 @@ def _norm_fwd_looped_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_cols
             b_h = load_input(p_xr + o_n[None, :], p_rr + o_n[None, :], p_hr + o_n[None, :], m, m, HAS_RES, True)
         else:
             b_h = tl.load(p_xr + o_n[None, :], mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if SCALED:
+            b_h = b_h * b_inv[:, None]
         if IS_RMS:
             b_a += b_h * b_h
         else:
@@ -189,22 +230,53 @@ def _norm_fwd_looped_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_cols
         b_mean, b_m2s, _ = tl.reduce((b_a, b_m2, b_cnt), 1, _welford_combine)
         b_mean += b_k
         b_var = b_m2s / n_cols
+    return b_mean, b_var
+
+
+@triton.jit
+def _norm_fwd_looped_kernel(p_x, p_r, p_w, p_b, p_y, p_h, p_mean, p_rstd, n_cols,
+                            stride_x, stride_r, stride_y, stride_h, eps, offset,
+                            TILE: tl.constexpr, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
+                            HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """Rows too long for registers, one row per program, TILE columns per step; same math and shapes as
+    ``_norm_fwd_kernel``. Pass 1: statistics (and h stored), ``_looped_moments``. Only if they overflowed
+    (|h| near 1e20), two more reads: max|h|, then the statistics of h scaled by a power of two near it
+    (``row_stats`` explains). Pass 2, backwards (L2-fresh tiles first): y from h re-read (x, or the h just
+    stored — a CTA barrier makes those writes visible).
+    """
+    i_r = tl.program_id(0)
+    o_r = (i_r + tl.arange(0, 1)).to(tl.int64)  # [1]: the helpers work on [rows, cols] blocks
+    o_t = tl.arange(0, TILE)
+    p_xr = p_x + o_r[:, None] * stride_x
+    p_rr = p_r + o_r[:, None] * stride_r
+    p_hr = p_h + o_r[:, None] * stride_h
+    p_yr = p_y + o_r[:, None] * stride_y
+    p_sr = p_hr if HAS_RES else p_xr  # where h is read back from
+
+    b_one = tl.full([1], 1.0, dtype=tl.float32)
+    b_mean, b_var = _looped_moments(p_xr, p_rr, p_hr, n_cols, b_one, TILE, IS_RMS, HAS_RES, False)
     b_rstd = tl.rsqrt(b_var + eps)
+    if HAS_RES:
+        tl.debug_barrier()  # h written by other threads of this program must be visible before it is re-read
+    if overflowed(b_var):
+        b_amax = tl.zeros([1, TILE], dtype=tl.float32)
+        for i_t in range(0, n_cols, TILE):
+            o_n = i_t + o_t
+            b_h = tl.load(p_sr + o_n[None, :], mask=(o_n < n_cols)[None, :], other=0.0).to(tl.float32)
+            b_amax = tl.maximum(b_amax, tl.abs(b_h))
+        b_c, b_inv = pow2_scale(tl.max(b_amax, axis=1))
+        b_mean_s, b_var_s = _looped_moments(p_sr, p_sr, p_sr, n_cols, b_inv, TILE, IS_RMS, False, True)
+        b_mean, b_rstd = unscale_stats(b_mean_s, b_var_s, b_c, b_inv, eps)
     if not IS_RMS:
         tl.store(p_mean + o_r, b_mean)
     tl.store(p_rstd + o_r, b_rstd)
 
-    if HAS_RES:
-        tl.debug_barrier()  # h written by other threads of this program must be visible before pass 2
     o_last = (n_cols - 1) // TILE * TILE  # first column of the last tile
     for i_k in range(0, n_cols, TILE):
         o_n = (o_last - i_k) + o_t
         m_n = o_n < n_cols
         m = m_n[None, :]
-        if HAS_RES:
-            b_h = tl.load(p_hr + o_n[None, :], mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        else:
-            b_h = tl.load(p_xr + o_n[None, :], mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        b_h = tl.load(p_sr + o_n[None, :], mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
         b_y = _normalize(b_h, b_mean, b_rstd, p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
         # streamed past L2 (.cs) so the writes do not evict rows other programs still have to re-read
         tl.store(p_yr + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m, cache_modifier=".cs")
