@@ -66,6 +66,24 @@ def test_options_are_validated_at_construction():
         FusedLinearCrossEntropyLoss(accum_dtype="fp32")
 
 
+def test_loss_dtype_option():
+    """The modules return the fp32 loss by default (bf16 logits), ``loss_dtype`` on request, and refuse a
+    non-float dtype at construction."""
+    hidden, weight, t = _data()
+    logits = (hidden @ weight.T).to(torch.bfloat16)
+    assert CrossEntropyLoss()(logits, t).dtype == torch.float32
+    assert CrossEntropyLoss(loss_dtype=torch.bfloat16)(logits, t).dtype == torch.bfloat16
+    h, w = hidden.to(torch.bfloat16), weight.to(torch.bfloat16)
+    assert FusedLinearCrossEntropyLoss(chunk_size=4)(h, w, t).dtype == torch.float32
+    assert FusedLinearCrossEntropyLoss(loss_dtype="bfloat16")(h, w, t).dtype == torch.bfloat16
+    assert "loss_dtype=torch.bfloat16" in repr(CrossEntropyLoss(loss_dtype=torch.bfloat16))
+    for cls in (CrossEntropyLoss, FusedLinearCrossEntropyLoss):
+        with pytest.raises(TypeError, match="loss_dtype"):
+            cls(loss_dtype=torch.int64)
+        with pytest.raises(ValueError, match="ignore_index"):
+            cls(ignore_index=2**64)
+
+
 def test_repr_names_the_options():
     assert "label_smoothing=0.1" in repr(CrossEntropyLoss(label_smoothing=0.1))
     assert "softcap=30.0" in repr(CrossEntropyLoss(softcap=30.0))

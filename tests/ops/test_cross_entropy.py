@@ -99,7 +99,7 @@ def test_matches_float64_reference(n, v, dtype, params):
     loss, grad, g = _ce_grad(cross_entropy, x, t, **options)
     ref_loss, ref_grad, _ = _ce_grad(reference.cross_entropy, x.double(), t, g, **options)
     base_loss, base_grad, _ = _ce_grad(reference.cross_entropy, x, t, g, **options)
-    assert loss.dtype == dtype and loss.shape == ref_loss.shape
+    assert loss.dtype == torch.float32 and loss.shape == ref_loss.shape  # the loss is fp32 by default
     assert grad.dtype == dtype and grad.shape == x.shape
     _close(loss, ref_loss, base_loss, dtype)
     _close(grad, ref_grad, base_grad, dtype)
@@ -224,6 +224,43 @@ def _raises(exc, name, fn, *args, **kwargs):
         fn(*args, **kwargs)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_loss_is_float32_by_default_and_loss_dtype_on_request(reduction):
+    """bf16 logits: the loss comes back in fp32, as computed (a bf16 loss near 10.56 moves in 0.0625
+    steps, so a training curve printed from it stood still), within fp32's error of float64; the gradient
+    stays bf16. ``loss_dtype`` (a dtype or its name) gives the input's dtype back; the nn module agrees."""
+    from kernelworks.nn import CrossEntropyLoss
+
+    x = _logits(16, 300, torch.bfloat16, scale=0.5) + 10.0  # losses near log(300) ≈ 5.7
+    t = _target(16, 300)
+    g = torch.randn(16 if reduction == "none" else (), device=DEVICE).to(torch.bfloat16).double()  # exact in bf16
+    loss, grad, _ = _ce_grad(cross_entropy, x, t, g, reduction=reduction)
+    ref, ref_grad, _ = _ce_grad(reference.cross_entropy, x.double(), t, g, reduction=reduction)
+    assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    torch.testing.assert_close(loss.double(), ref, rtol=2e-6, atol=2e-6)  # bf16 would be ~1e-2 off
+    _close(grad, ref_grad, _ce_grad(reference.cross_entropy, x, t, g, reduction=reduction)[1], torch.bfloat16)
+    for loss_dtype in (torch.bfloat16, "bfloat16", "torch.bfloat16"):
+        low, low_grad, _ = _ce_grad(cross_entropy, x, t, g, reduction=reduction, loss_dtype=loss_dtype)
+        assert low.dtype == torch.bfloat16 and torch.equal(low, loss.to(torch.bfloat16))
+        assert torch.equal(low_grad, grad)  # the cast's backward hands the same grad_output on
+    module = CrossEntropyLoss(reduction=reduction)
+    assert torch.equal(module(x, t), loss.detach())
+    assert CrossEntropyLoss(reduction=reduction, loss_dtype=torch.float16)(x, t).dtype == torch.float16
+
+
+def test_int32_target_with_an_ignore_index_past_int32():
+    """An ignore_index no int32 target can equal ignores nothing (it used to fail with "got 0 out of range
+    (e.g. [])": the padding lanes of the count read ignore_index wrapped to int32)."""
+    x, t = _logits(5, 33, torch.float32), _target(5, 33, ignore_every=0)
+    want = cross_entropy(x, t)
+    for ignore_index in (2**31, -(2**31) - 1, 2**40):
+        torch.testing.assert_close(cross_entropy(x, t.to(torch.int32), ignore_index=ignore_index), want)
+    bad = t.to(torch.int32)
+    bad[3] = 40
+    with pytest.raises(ValueError, match=r"target:.*got 1 out of range \(e.g. \[40\]\)"):
+        cross_entropy(x, bad, ignore_index=2**31)
+
+
 def test_bad_input_cross_entropy():
     x, t = _logits(4, 33, torch.float32), _target(4, 33)
     _raises(TypeError, "logits", cross_entropy, x.to(torch.int64), t)
@@ -247,6 +284,11 @@ def test_bad_input_cross_entropy():
     _raises(ValueError, "softcap", cross_entropy, x, t, softcap=0.0)
     _raises(TypeError, "ignore_index", cross_entropy, x, t, ignore_index=1.5)
     _raises(TypeError, "inplace_backward", cross_entropy, x, t, inplace_backward=1)
+    _raises(ValueError, "ignore_index", cross_entropy, x, t, ignore_index=2**63)
+    _raises(TypeError, "ignore_index", cross_entropy, x, t, ignore_index=True)
+    _raises(TypeError, "loss_dtype", cross_entropy, x, t, loss_dtype=torch.int32)
+    _raises(TypeError, "loss_dtype", cross_entropy, x, t, loss_dtype="fp32x")
+    _raises(TypeError, "loss_dtype", cross_entropy, x, t, loss_dtype=32)
 
 
 def test_bad_input_fused_linear():
@@ -262,6 +304,9 @@ def test_bad_input_fused_linear():
     _raises(ValueError, "chunk_size", fused_linear_cross_entropy, h, w, t, chunk_size=0)
     _raises(TypeError, "chunk_size", fused_linear_cross_entropy, h, w, t, chunk_size=2.0)
     _raises(TypeError, "accum_dtype", fused_linear_cross_entropy, h, w, t, accum_dtype=torch.float16)
+    _raises(TypeError, "accum_dtype", fused_linear_cross_entropy, h, w, t, accum_dtype="float16")
+    _raises(TypeError, "accum_dtype", fused_linear_cross_entropy, h, w, t, accum_dtype=None)
+    _raises(TypeError, "loss_dtype", fused_linear_cross_entropy, h, w, t, loss_dtype=torch.int64)
     bad = t.clone()
     bad[2] = 40
     _raises(ValueError, "target", fused_linear_cross_entropy, h, w, bad)
@@ -306,10 +351,30 @@ def test_fused_linear_matches_float64_reference(dtype, params):
     ref_loss, ref_grads = _flce_grads(reference.fused_linear_cross_entropy, h.double(), w.double(), t,
                                       None if b is None else b.double(), g, **ref_options)
     base_loss, base_grads = _flce_grads(reference.fused_linear_cross_entropy, h, w, t, b, g, **ref_options)
+    assert loss.dtype == torch.float32
     _close(loss, ref_loss, base_loss, dtype)
     for ours, ref, base in zip(grads, ref_grads, base_grads):
         assert ours.dtype == dtype
         _close(ours, ref, base, dtype)
+
+
+def test_fused_linear_loss_dtype_and_accum_dtype_by_name():
+    """fp32 loss by default (bf16 inputs), ``loss_dtype`` for the input's; ``accum_dtype`` may be named
+    ("float32": it used to say "expected torch.float32 ... got float32"); the nn module takes both."""
+    from kernelworks.nn import FusedLinearCrossEntropyLoss
+
+    h = torch.randn(13, 16, device=DEVICE).to(torch.bfloat16)
+    w = (torch.randn(40, 16, device=DEVICE) * 0.25).to(torch.bfloat16)
+    t = _target(13, 40)
+    loss = fused_linear_cross_entropy(h, w, t, chunk_size=4)
+    ref = reference.cross_entropy((h @ w.T).double(), t)  # from the same bf16 logits
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), ref, rtol=2e-6, atol=2e-6)
+    assert torch.equal(fused_linear_cross_entropy(h, w, t, chunk_size=4, accum_dtype="float32"), loss)
+    low = fused_linear_cross_entropy(h, w, t, chunk_size=4, loss_dtype=torch.bfloat16)
+    assert low.dtype == torch.bfloat16 and torch.equal(low, loss.to(torch.bfloat16))
+    module = FusedLinearCrossEntropyLoss(chunk_size=4, accum_dtype="bfloat16", loss_dtype="bfloat16")
+    assert module.accum_dtype == torch.bfloat16 and module(h, w, t).dtype == torch.bfloat16
 
 
 def test_fused_linear_is_deterministic_and_chunking_invariant():

@@ -9,12 +9,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernelworks.ops.cross_entropy.api import check_options, cross_entropy
-from kernelworks.ops.cross_entropy.fused_linear import check_chunk_size, fused_linear_cross_entropy
+from kernelworks.ops.cross_entropy.api import check_bool, check_options, cross_entropy, loss_dtype_option
+from kernelworks.ops.cross_entropy.fused_linear import (
+    accum_dtype_option,
+    check_chunk_size,
+    fused_linear_cross_entropy,
+)
 
 
 def _options_repr(module: nn.Module) -> str:
     parts = [f"ignore_index={module.ignore_index}", f"reduction={module.reduction!r}"]
+    if module.loss_dtype is not None:
+        parts.append(f"loss_dtype={module.loss_dtype}")
     if module.label_smoothing:
         parts.append(f"label_smoothing={module.label_smoothing}")
     if module.z_loss:
@@ -27,7 +33,8 @@ def _options_repr(module: nn.Module) -> str:
 class CrossEntropyLoss(nn.Module):
     """Cross-entropy over class indices, as ``torch.nn.CrossEntropyLoss`` (same option names), plus z-loss
     and soft-capping; ``forward(logits [..., V], target [...])``. See :func:`cross_entropy` for the options
-    (a mean over an all-ignored batch is 0.0, not NaN).
+    (a mean over an all-ignored batch is 0.0, not NaN; the loss is float32 unless ``loss_dtype`` says
+    otherwise, e.g. ``loss_dtype=torch.bfloat16``).
 
     Example::
 
@@ -36,11 +43,12 @@ class CrossEntropyLoss(nn.Module):
     """
 
     def __init__(self, *, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
-                 z_loss: float = 0.0, softcap: float | None = None, inplace_backward: bool = False) -> None:
+                 z_loss: float = 0.0, softcap: float | None = None, inplace_backward: bool = False,
+                 loss_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         check_options(ignore_index, label_smoothing, reduction, z_loss, softcap)
-        if not isinstance(inplace_backward, bool):
-            raise TypeError(f"inplace_backward: expected a bool, got {type(inplace_backward).__name__}")
+        check_bool("inplace_backward", inplace_backward)
+        self.loss_dtype = None if loss_dtype is None else loss_dtype_option(loss_dtype)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
         self.reduction = reduction
@@ -51,7 +59,7 @@ class CrossEntropyLoss(nn.Module):
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return cross_entropy(logits, target, ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
                              reduction=self.reduction, z_loss=self.z_loss, softcap=self.softcap,
-                             inplace_backward=self.inplace_backward)
+                             inplace_backward=self.inplace_backward, loss_dtype=self.loss_dtype)
 
     def extra_repr(self) -> str:
         return _options_repr(self) + (", inplace_backward=True" if self.inplace_backward else "")
@@ -60,7 +68,8 @@ class CrossEntropyLoss(nn.Module):
 class FusedLinearCrossEntropyLoss(nn.Module):
     """The LM head and its cross-entropy in one chunked op: ``forward(hidden [..., H], weight [V, H],
     target [...], bias=None)`` equals ``CrossEntropyLoss(...)(hidden @ weight.T + bias, target)`` without
-    the ``[N, V]`` logits. See :func:`fused_linear_cross_entropy` for the options and the memory rule.
+    the ``[N, V]`` logits. See :func:`fused_linear_cross_entropy` for the options and the memory rule
+    (``accum_dtype`` must be float32 or the weight's dtype; the loss is float32 unless ``loss_dtype``).
 
     Example::
 
@@ -70,12 +79,12 @@ class FusedLinearCrossEntropyLoss(nn.Module):
 
     def __init__(self, *, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
                  z_loss: float = 0.0, softcap: float | None = None, chunk_size: int | None = None,
-                 accum_dtype: torch.dtype = torch.float32) -> None:
+                 accum_dtype: torch.dtype = torch.float32, loss_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         check_options(ignore_index, label_smoothing, reduction, z_loss, softcap)
         check_chunk_size(chunk_size)
-        if not isinstance(accum_dtype, torch.dtype):
-            raise TypeError(f"accum_dtype: expected a torch.dtype, got {type(accum_dtype).__name__}")
+        accum_dtype = accum_dtype_option(accum_dtype)  # against the weight's dtype at call time
+        self.loss_dtype = None if loss_dtype is None else loss_dtype_option(loss_dtype)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
         self.reduction = reduction
@@ -89,7 +98,7 @@ class FusedLinearCrossEntropyLoss(nn.Module):
         return fused_linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=self.ignore_index,
                                           label_smoothing=self.label_smoothing, reduction=self.reduction,
                                           z_loss=self.z_loss, softcap=self.softcap, chunk_size=self.chunk_size,
-                                          accum_dtype=self.accum_dtype)
+                                          accum_dtype=self.accum_dtype, loss_dtype=self.loss_dtype)
 
     def extra_repr(self) -> str:
         extra = "" if self.chunk_size is None else f", chunk_size={self.chunk_size}"

@@ -33,17 +33,44 @@ TARGET_DTYPES = (torch.int64, torch.int32)
 # ------------------------------------------------------------------------------------- shared validation
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def check_options(ignore_index: object, label_smoothing: object, reduction: object, z_loss: object,
                   softcap: object) -> None:
     """The loss options: TypeError for a wrong kind, ValueError for a value out of range."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
+    if not _INT64[0] <= ignore_index <= _INT64[1]:
+        raise ValueError(f"ignore_index: expected an int64 value (targets are int64 or int32), got {ignore_index}")
     check_real("label_smoothing", label_smoothing, low=0.0, high=1.0)
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise ValueError(f"reduction: expected one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
     check_real("z_loss", z_loss, low=0.0)
     if softcap is not None:
         check_real("softcap", softcap, low=0.0, low_inclusive=False)
+
+
+def dtype_option(name: str, value: object, allowed: Sequence[torch.dtype], what: str = "") -> torch.dtype:
+    """``value`` (a ``torch.dtype`` or its name, ``"float32"`` / ``"torch.float32"``) as one of ``allowed``;
+    TypeError naming ``name`` otherwise. ``what`` describes the allowed set in the message."""
+    dtype = getattr(torch, value.removeprefix("torch."), None) if isinstance(value, str) else value
+    want = what or " or ".join(str(d) for d in dict.fromkeys(allowed))
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name}: expected a torch.dtype ({want}) or its name, got {type(value).__name__} "
+                        f"{value!r}")
+    if dtype not in allowed:
+        raise TypeError(f"{name}: expected {want}, got {dtype}")
+    return dtype
+
+
+LOSS_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def loss_dtype_option(loss_dtype: object) -> torch.dtype:
+    """The ``loss_dtype`` option: None means float32 (the loss is computed in float32 whatever the input)."""
+    return torch.float32 if loss_dtype is None else dtype_option("loss_dtype", loss_dtype, LOSS_DTYPES,
+                                                                 "None or a float dtype")
 
 
 def check_target(target: object, rows_shape: Sequence[int], rows_name: str, rows_tensor: torch.Tensor) -> None:
@@ -76,9 +103,16 @@ def check_target_values(stats: torch.Tensor, target: torch.Tensor, n_cols: int, 
     """
     if not _can_sync(stats) or stats[1].item() == 0:
         return
-    bad = target[(target != ignore_index) & ((target < 0) | (target >= n_cols))]
+    t = target.long()  # an int32 target against an ignore_index past int32's range compares correctly
+    bad = t[(t != ignore_index) & ((t < 0) | (t >= n_cols))]
     raise ValueError(f"target: expected class indices in [0, {n_cols}) or ignore_index={ignore_index}, got "
                      f"{bad.numel()} out of range (e.g. {bad[:4].tolist()})")
+
+
+def check_bool(name: str, value: object) -> None:
+    """``value`` is a bool (not merely truthy: ``inplace_backward=1`` is refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
 
 
 # --------------------------------------------------------------------------------- stored-gradient scaling
@@ -119,10 +153,19 @@ def scale_out_of_place(grad_output: torch.Tensor, stored: torch.Tensor) -> torch
     return out
 
 
-def reduce_rows(loss_rows: torch.Tensor, reduction: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """The per-row fp32 losses (already divided by the token count for the mean) as the op's output."""
-    loss = loss_rows.view(tuple(shape)) if reduction == "none" else loss_rows.sum()
-    return loss.to(dtype)
+def reduce_rows(loss_rows: torch.Tensor, reduction: str, shape: Sequence[int]) -> torch.Tensor:
+    """The per-row fp32 losses (already divided by the token count for the mean) as the op's fp32 output."""
+    return loss_rows.view(tuple(shape)) if reduction == "none" else loss_rows.sum()
+
+
+def loss_fake(like: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
+    """The fake (meta) loss output: fp32, a scalar or ``target``-shaped."""
+    return like.new_empty(tuple(target.shape) if reduction == "none" else (), dtype=torch.float32)
+
+
+def as_loss_dtype(loss: torch.Tensor, loss_dtype: torch.dtype) -> torch.Tensor:
+    """The op's fp32 loss in the caller's ``loss_dtype`` (a differentiable cast, outside the custom op)."""
+    return loss if loss_dtype == torch.float32 else loss.to(loss_dtype)
 
 
 # ------------------------------------------------------------------------------------------- custom op
@@ -151,12 +194,12 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
             dx = grad.view(n_rows, n_cols)
     cross_entropy_fwd(x, t, loss_rows, stats[2:], dx, ignore_index=ignore_index, label_smoothing=label_smoothing,
                       z_loss=z_loss, softcap=softcap)
-    return reduce_rows(loss_rows, reduction, target.shape, logits.dtype), grad
+    return reduce_rows(loss_rows, reduction, target.shape), grad
 
 
 def _forward_fake(logits, target, ignore_index, label_smoothing, reduction, z_loss, softcap, compute_grad,
                   inplace):
-    loss = logits.new_empty(tuple(target.shape) if reduction == "none" else ())
+    loss = loss_fake(logits, target, reduction)
     grad = logits.new_empty(logits.shape) if compute_grad and not inplace else logits.new_empty(0)
     return loss, grad
 
@@ -200,7 +243,8 @@ _CROSS_ENTROPY = TorchOp("cross_entropy", forward=_forward, forward_fake=_forwar
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
                   label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0,
-                  softcap: float | None = None, inplace_backward: bool = False) -> torch.Tensor:
+                  softcap: float | None = None, inplace_backward: bool = False,
+                  loss_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Cross-entropy of ``logits`` against class indices, as ``torch.nn.functional.cross_entropy``, with
     z-loss and soft-capping; the gradient is computed in the same kernel as the loss.
 
@@ -219,11 +263,15 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
             gradient after the call: do not read it again, and nothing else may need it for its own backward
             (its version counter is bumped, so autograd raises if something does). Eager mode only, and only
             when ``logits`` has unit column stride; otherwise ignored. Default False.
+        loss_dtype: dtype of the returned loss: None (default) for float32, or a ``torch.dtype`` (or its
+            name), e.g. ``logits.dtype`` for torch's behaviour. A bf16 loss near 10.56 moves in steps of
+            0.0625, so a training curve printed from it stands still. The gradient is in ``logits``' dtype
+            either way.
 
     Returns:
-        The loss in ``logits``' dtype (computed in float32): a scalar for ``mean``/``sum``, ``target``-shaped
-        for ``none``. When every target is ``ignore_index`` the mean is 0.0 (torch gives NaN; a batch of
-        padding then contributes nothing instead of poisoning the step).
+        The loss, computed in float32, in ``loss_dtype`` (float32 by default): a scalar for
+        ``mean``/``sum``, ``target``-shaped for ``none``. When every target is ``ignore_index`` the mean is
+        0.0 (torch gives NaN; a batch of padding then contributes nothing instead of poisoning the step).
 
     Cost: with ``logits.requires_grad``, 2 reads + 1 write of the logits in the forward (1 read + 1 write up
     to V = 32768) and nothing in the backward when ``grad_output`` is 1 (one scaling pass otherwise); without,
@@ -238,12 +286,13 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     check_float_tensor("logits", logits)
     check_target(target, logits.shape[:-1], "logits", logits)
     check_options(ignore_index, label_smoothing, reduction, z_loss, softcap)
-    if not isinstance(inplace_backward, bool):
-        raise TypeError(f"inplace_backward: expected a bool, got {type(inplace_backward).__name__}")
+    check_bool("inplace_backward", inplace_backward)
+    loss_dtype = loss_dtype_option(loss_dtype)
     softcap = None if softcap is None else float(softcap)
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
     compiling = torch.compiler.is_compiling()
     args = (logits, target, ignore_index, float(label_smoothing), reduction, float(z_loss), softcap)
     if not compute_grad and not compiling:  # nothing to differentiate: the loss alone, one read of the logits
-        return _forward(*args, False, False)[0]
-    return _CROSS_ENTROPY(*args, compute_grad, inplace_backward and compute_grad and not compiling)[0]
+        return as_loss_dtype(_forward(*args, False, False)[0], loss_dtype)
+    loss = _CROSS_ENTROPY(*args, compute_grad, inplace_backward and compute_grad and not compiling)[0]
+    return as_loss_dtype(loss, loss_dtype)

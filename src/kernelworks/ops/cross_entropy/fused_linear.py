@@ -33,9 +33,13 @@ from __future__ import annotations
 import torch
 
 from kernelworks.ops.cross_entropy.api import (
+    as_loss_dtype,
     check_options,
     check_target,
     check_target_values,
+    dtype_option,
+    loss_dtype_option,
+    loss_fake,
     reduce_rows,
     scale_out_of_place,
     scale_stored,
@@ -45,7 +49,7 @@ from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.torch_op import TorchOp
-from kernelworks.runtime.validate import check_float_tensor, check_same_device, check_same_dtype
+from kernelworks.runtime.validate import FLOAT_DTYPES, check_float_tensor, check_same_device, check_same_dtype
 
 CHUNK_LOGITS_BYTES = 256 << 20
 """Largest chunk of logits (and of its gradient, which reuses the buffer) ``chunk_size=None`` allows."""
@@ -154,14 +158,13 @@ def _forward(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, b
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
                                  chunk_size=chunk_size, accum_dtype=accum_dtype, need_hidden=need_hidden and now,
                                  need_weight=need_weight and now, need_bias=need_bias and now)
-    return (reduce_rows(loss_rows, reduction, target.shape, hidden.dtype), *_outputs(hidden, gh, gw, gb))
+    return (reduce_rows(loss_rows, reduction, target.shape), *_outputs(hidden, gh, gw, gb))
 
 
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, reduction, z_loss, softcap,
                   chunk_size, accum_dtype, need_hidden, need_weight, need_bias):
     now = reduction != "none"
-    loss = hidden.new_empty(tuple(target.shape) if reduction == "none" else ())
-    return (loss,
+    return (loss_fake(hidden, target, reduction),
             hidden.new_empty(hidden.shape if need_hidden and now else (0,)),
             weight.new_empty(weight.shape if need_weight and now else (0,)),
             hidden.new_empty(bias.shape if need_bias and now else (0,)))
@@ -241,8 +244,18 @@ def check_chunk_size(chunk_size: object) -> None:
         raise ValueError(f"chunk_size: expected a positive number of tokens, got {chunk_size}")
 
 
+def accum_dtype_option(accum_dtype: object, weight_dtype: torch.dtype | None = None) -> torch.dtype:
+    """The ``accum_dtype`` option (a ``torch.dtype`` or its name) as a dtype: float32 or the weight's dtype
+    (any float dtype while the weight is not known yet, in the nn module)."""
+    if weight_dtype is None:
+        return dtype_option("accum_dtype", accum_dtype, FLOAT_DTYPES)
+    return dtype_option("accum_dtype", accum_dtype, (torch.float32, weight_dtype),
+                        f"torch.float32 or the weight's dtype {weight_dtype}")
+
+
 def _check_inputs(hidden: object, weight: object, target: object, bias: object, chunk_size: object,
-                  accum_dtype: object) -> None:
+                  accum_dtype: object) -> torch.dtype:
+    """Every tensor and option; returns ``accum_dtype`` as a torch.dtype."""
     check_float_tensor("hidden", hidden)
     check_float_tensor("weight", weight, min_dim=2, max_dim=2)
     check_same_device(("hidden", "weight"), (hidden, weight))
@@ -259,15 +272,15 @@ def _check_inputs(hidden: object, weight: object, target: object, bias: object, 
                              f"{tuple(weight.shape)}), got {tuple(bias.shape)}")
     check_target(target, hidden.shape[:-1], "hidden", hidden)
     check_chunk_size(chunk_size)
-    if accum_dtype not in (torch.float32, weight.dtype):
-        raise TypeError(f"accum_dtype: expected torch.float32 or weight's dtype {weight.dtype}, got {accum_dtype}")
+    return accum_dtype_option(accum_dtype, weight.dtype)
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                                bias: torch.Tensor | None = None, ignore_index: int = -100,
                                label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0,
                                softcap: float | None = None, chunk_size: int | None = None,
-                               accum_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                               accum_dtype: torch.dtype = torch.float32,
+                               loss_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without materialising the logits: the LM head
     and its loss, chunked over tokens, every gradient computed in the forward.
 
@@ -289,10 +302,13 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
             at the end; costs V·H·4 bytes more, 2.1 GB at 128256 × 4096, and V·H·itemsize for the final
             cast: ~3.3 GB extra peak at 16k tokens) or ``weight.dtype`` (no extra buffer, ~1.45 GB extra
             peak there; one rounding per chunk, Liger's default). Both peaks are computed, not yet measured.
-            ``grad_bias`` always accumulates in fp32.
+            ``grad_bias`` always accumulates in fp32. A dtype's name (``"float32"``) is accepted too.
+        loss_dtype: dtype of the returned loss: None (default) for float32, or a ``torch.dtype`` (or its
+            name), as :func:`cross_entropy`. Gradients are in the inputs' dtypes either way.
 
     Returns:
-        The loss in ``hidden``'s dtype: a scalar for ``mean``/``sum``, ``target``-shaped for ``none``.
+        The loss, computed in float32, in ``loss_dtype`` (float32 by default): a scalar for ``mean``/``sum``,
+        ``target``-shaped for ``none``.
         Gradients flow to ``hidden``, ``weight`` and ``bias``. Reduction ``none`` with gradients recomputes
         the logits in the backward (one more projection; the per-token weights must enter before the sum
         over tokens). Raises ValueError if a target is out of range (one host sync per call, as
@@ -303,8 +319,9 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         loss = kw.fused_linear_cross_entropy(h.view(-1, 4096), lm_head.weight, labels.view(-1))
         loss.backward()                            # h: [B, T, 4096] bf16, lm_head.weight: [128256, 4096]
     """
-    _check_inputs(hidden, weight, target, bias, chunk_size, accum_dtype)
+    accum_dtype = _check_inputs(hidden, weight, target, bias, chunk_size, accum_dtype)
     check_options(ignore_index, label_smoothing, reduction, z_loss, softcap)
+    loss_dtype = loss_dtype_option(loss_dtype)
     grad_on = torch.is_grad_enabled()
     needs = (grad_on and hidden.requires_grad, grad_on and weight.requires_grad,
              grad_on and bias is not None and bias.requires_grad)
@@ -312,5 +329,5 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
             None if softcap is None else float(softcap), chunk_size or 0,
             torch.float32 if weight.dtype == torch.float32 else accum_dtype)
     if not any(needs) and not torch.compiler.is_compiling():
-        return _forward(*args, False, False, False)[0]
-    return _FUSED_LINEAR_CROSS_ENTROPY(*args, *needs)[0]
+        return as_loss_dtype(_forward(*args, False, False, False)[0], loss_dtype)
+    return as_loss_dtype(_FUSED_LINEAR_CROSS_ENTROPY(*args, *needs)[0], loss_dtype)

@@ -241,8 +241,11 @@ def _target_stats_kernel(p_target, p_stats, n_rows, stride_t, n_cols, ignore_ind
     b_bad = tl.zeros([BLOCK], dtype=tl.int32)
     for i_b in range(0, n_rows, BLOCK):
         o_r = i_b + o_b
-        b_t = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=o_r < n_rows, other=ignore_index)
-        b_ok = b_t != ignore_index
+        m_r = o_r < n_rows
+        # masked by m_r, not by `other=ignore_index`: an ignore_index past an int32 target's range would be
+        # wrapped by the load and counted as a bad target
+        b_t = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=m_r, other=0).to(tl.int64)
+        b_ok = m_r & (b_t != ignore_index)
         b_valid += b_ok.to(tl.int32)
         b_bad += (b_ok & ((b_t < 0) | (b_t >= n_cols))).to(tl.int32)
     n_valid = tl.sum(b_valid, axis=0).to(tl.float32)

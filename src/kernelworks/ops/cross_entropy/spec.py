@@ -4,8 +4,8 @@ Cross-entropy case params: ``rows``, ``vocab``, ``batch`` (leading dims: logits 
 ``pad`` (``row_padding``: a strided view), ``ignore`` (every 4th row, from the second, is ``ignore_index``;
 default on), ``all_ignored``, ``extreme`` (±1e4 planted in every row, targets on them), ``scale`` (logit
 magnitude), ``int32`` (target dtype), the options ``label_smoothing``, ``reduction``, ``z_loss``,
-``softcap``, and ``train`` (bench cases: logits require grad, so the timed forward is the training forward
-that also writes the gradient).
+``softcap``, ``loss_dtype`` (the returned loss's dtype; float32 when absent), and ``train`` (bench cases:
+logits require grad, so the timed forward is the training forward that also writes the gradient).
 
 Bench modes and what they time: ``fwd`` with ``train`` is the forward of a training step — loss and
 gradient, 2 reads + 1 write of the logits (Liger's forward does the same work); ``bwd`` is only the
@@ -25,7 +25,7 @@ from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
 IGNORE_INDEX = -100
-_OPTIONS = ("label_smoothing", "reduction", "z_loss", "softcap")
+_OPTIONS = ("label_smoothing", "reduction", "z_loss", "softcap", "loss_dtype")
 
 
 # ------------------------------------------------------------------------------------------ input makers
@@ -132,6 +132,8 @@ def _ce_check_cases() -> list[Case]:
         case("13x1000-smoothing", _BF16, rows=13, vocab=1000, label_smoothing=0.1),
         case("13x1000-sum", _F32, rows=13, vocab=1000, reduction="sum"),
         case("13x1000-none", _BF16, rows=13, vocab=1000, reduction="none"),
+        case("13x1000-loss_bf16", _BF16, rows=13, vocab=1000, loss_dtype=_BF16),  # torch's dtype, on request
+        case("13x1000-none-loss_bf16", _BF16, rows=13, vocab=1000, reduction="none", loss_dtype=_BF16),
         case("13x1000-zloss", _F32, rows=13, vocab=1000, z_loss=1e-4),
         case("13x1000-softcap", _BF16, rows=13, vocab=1000, softcap=30.0, scale=10.0),
         case("13x33-all_options", _F32, rows=13, vocab=33, label_smoothing=0.1, z_loss=1e-4, softcap=30.0,
@@ -170,6 +172,7 @@ def _flce_check_cases() -> list[Case]:
         case("13x16x40-none", _BF16, tokens=13, hidden=16, vocab=40, chunk_size=4, reduction="none", bias=True),
         case("13x16x40-sum", _F32, tokens=13, hidden=16, vocab=40, reduction="sum"),
         case("13x16x40-accum_bf16", _BF16, tokens=13, hidden=16, vocab=40, chunk_size=4, accum_dtype=_BF16),
+        case("13x16x40-loss_bf16", _BF16, tokens=13, hidden=16, vocab=40, chunk_size=4, loss_dtype=_BF16),
         case("8x16x40-all_ignored", _F32, tokens=8, hidden=16, vocab=40, all_ignored=True),
         case("2048x4096x128256", _BF16, tokens=2048, hidden=4096, vocab=128256, chunk_size=768, tags=("gpu",)),
     ]
@@ -192,33 +195,36 @@ def _flce_bench_cases() -> list[Case]:
 
 def _liger_cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = IGNORE_INDEX,
                          label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0,
-                         softcap: float | None = None) -> torch.Tensor:
+                         softcap: float | None = None, loss_dtype: torch.dtype | None = None) -> torch.Tensor:
     # Careful: with logits.requires_grad Liger writes the gradient over the logits (its memory trick), so
     # the caller's tensor holds gradients afterwards. Timing is unaffected; its values are then not inputs.
+    # The loss is cast to ours (float32 unless loss_dtype): a scalar, or N values, costs nothing.
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
     x = logits.reshape(-1, logits.shape[-1])
     loss = LigerCrossEntropyFunction.apply(x, target.reshape(-1), None, ignore_index, z_loss, label_smoothing,
                                            reduction, softcap, False, False, False)[0]
-    return loss.reshape(target.shape) if reduction == "none" else loss
+    loss = loss.reshape(target.shape) if reduction == "none" else loss
+    return loss.to(loss_dtype or torch.float32)
 
 
 def _liger_fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                                       bias: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX,
                                       label_smoothing: float = 0.0, reduction: str = "mean",
                                       z_loss: float = 0.0, softcap: float | None = None,
-                                      chunk_size: int | None = None,
-                                      accum_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                                      chunk_size: int | None = None, accum_dtype: torch.dtype = torch.float32,
+                                      loss_dtype: torch.dtype | None = None) -> torch.Tensor:
     # Liger picks its own chunks (~N·H logits elements each, chunk_size is not forwarded); its accumulator
-    # follows ours: fp32, or (accum_dtype=None) the weight's dtype. Liger's forward also returns per-token
-    # losses as fp32 for reduction "none".
+    # follows ours: fp32, or (accum_dtype=None) the weight's dtype. Its loss is cast to ours (float32 unless
+    # loss_dtype).
     from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
 
     liger_accum = None if accum_dtype == weight.dtype else accum_dtype
     loss = LigerFusedLinearCrossEntropyFunction.apply(
         hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1), bias, None, ignore_index, z_loss,
         label_smoothing, reduction, softcap, False, liger_accum)[0]
-    return loss.reshape(target.shape).to(hidden.dtype) if reduction == "none" else loss.to(hidden.dtype)
+    loss = loss.reshape(target.shape) if reduction == "none" else loss
+    return loss.to(loss_dtype or torch.float32)
 
 
 def _liger(fn) -> dict[str, Provider]:
