@@ -96,3 +96,31 @@ def test_layernorm_positional_arguments_follow_torch():
 def test_rmsnorm_offset_without_weight_fails_at_construction():
     with pytest.raises(ValueError, match="offset"):
         RMSNorm(16, offset=1.0, elementwise_affine=False)
+
+
+@pytest.mark.parametrize("cls", [RMSNorm, LayerNorm])
+def test_constructor_arguments_are_validated(cls):
+    """Bad sizes and options fail at construction with the argument's name (``RMSNorm(-1)`` and
+    ``RMSNorm(2.5)`` used to fail inside ``torch.empty``; a negative eps or a truthy int passed silently)."""
+    for bad, exc in ((-1, ValueError), (0, ValueError), (2.5, TypeError), (True, TypeError), ("8", TypeError),
+                     ((4, 8), ValueError)):
+        with pytest.raises(exc, match="hidden"):
+            cls(bad)
+    with pytest.raises(ValueError, match="eps"):
+        cls(8, eps=-1e-5)
+    with pytest.raises(TypeError, match="eps"):
+        cls(8, eps="1e-5")
+    with pytest.raises(TypeError, match="elementwise_affine"):
+        cls(8, elementwise_affine=1)
+    with pytest.raises(TypeError, match="dtype"):
+        cls(8, dtype=torch.float64)
+    assert cls((8,)).hidden_size == 8  # torch.nn.LayerNorm's normalized_shape form
+
+
+def test_constructor_arguments_are_validated_specific():
+    with pytest.raises(TypeError, match="offset"):
+        RMSNorm(8, offset="1")
+    with pytest.raises(ValueError, match="offset"):
+        RMSNorm(8, offset=float("inf"))
+    with pytest.raises(TypeError, match="bias"):
+        LayerNorm(8, bias=0)

@@ -12,18 +12,47 @@ import torch
 from torch import nn
 
 from kernelworks.ops.norm.api import layer_norm, rms_norm
+from kernelworks.runtime.validate import FLOAT_DTYPES, check_real
+
+
+def _hidden_size(hidden: object) -> int:
+    """A positive int; a one-element tuple/list (``torch.nn.LayerNorm``'s ``normalized_shape``) is accepted."""
+    if isinstance(hidden, (tuple, list, torch.Size)):
+        if len(hidden) != 1:
+            raise ValueError(f"hidden: only the last dimension is normalised, so expected one size, got "
+                             f"{tuple(hidden)}")
+        hidden = hidden[0]
+    if isinstance(hidden, bool) or not isinstance(hidden, int):
+        raise TypeError(f"hidden: expected a positive int (the size of the last dimension), got "
+                        f"{type(hidden).__name__} {hidden!r}")
+    if hidden < 1:
+        raise ValueError(f"hidden: expected a positive int (the size of the last dimension), got {hidden}")
+    return hidden
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+
+
+def _check_dtype(dtype: object) -> None:
+    """The parameters' dtype: None (torch's default) or one the kernels take."""
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        names = ", ".join(str(d) for d in FLOAT_DTYPES)
+        raise TypeError(f"dtype: expected None or one of {names} (the parameters' dtype), got {dtype!r}")
 
 
 class RMSNorm(nn.Module):
     """RMSNorm over the last dimension: ``y = h / √(mean(h²) + eps) · (offset + weight)``.
 
     Args:
-        hidden: size of the last dimension.
-        eps: added to the mean square (default 1e-6).
+        hidden: size of the last dimension, a positive int.
+        eps: added to the mean square (default 1e-6), a float ≥ 0.
         offset: 0.0 (Llama, Mistral, Qwen) or 1.0 (Gemma, whose checkpoints store ``weight − 1``); the
             weight starts at ``1 − offset`` so a fresh module scales by exactly 1 either way.
         elementwise_affine: hold a learnable ``weight`` (default True); without one ``offset`` must be 0.
-        device, dtype: of the weight (an fp32 weight with bf16 activations is fine).
+        device, dtype: of the weight (float32, float16 or bfloat16; an fp32 weight with bf16 activations is
+            fine).
 
     Example::
 
@@ -35,6 +64,11 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden: int, eps: float = 1e-6, offset: float = 0.0, *, elementwise_affine: bool = True,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        hidden = _hidden_size(hidden)
+        eps = check_real("eps", eps, low=0.0)
+        offset = check_real("offset", offset)
+        _check_flag("elementwise_affine", elementwise_affine)
+        _check_dtype(dtype)
         if offset != 0.0 and not elementwise_affine:
             raise ValueError(f"offset: scales (offset + weight), so it needs elementwise_affine=True; got "
                              f"offset={offset} with elementwise_affine=False")
@@ -60,8 +94,8 @@ class LayerNorm(nn.Module):
     """LayerNorm over the last dimension; arguments in ``torch.nn.LayerNorm``'s order, so it drops in.
 
     Args:
-        hidden: size of the last dimension.
-        eps: added to the variance (default 1e-5).
+        hidden: size of the last dimension, a positive int (or ``(hidden,)``, as ``normalized_shape``).
+        eps: added to the variance (default 1e-5), a float ≥ 0.
         elementwise_affine: hold a learnable ``weight`` (and ``bias``) at all (default True).
         bias: hold a learnable ``bias`` (default True).
         device, dtype: of the parameters.
@@ -76,8 +110,14 @@ class LayerNorm(nn.Module):
     def __init__(self, hidden: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        hidden = _hidden_size(hidden)
+        eps = check_real("eps", eps, low=0.0)
+        _check_flag("elementwise_affine", elementwise_affine)
+        _check_flag("bias", bias)
+        _check_dtype(dtype)
         self.hidden_size = hidden
         self.eps = eps
+
         def param() -> nn.Parameter:
             return nn.Parameter(torch.empty(hidden, device=device, dtype=dtype))
 
