@@ -11,7 +11,7 @@ import zlib
 import pytest
 import torch
 
-from kernelworks.check import check_case, check_table
+from kernelworks.check import check_case, check_table, failure_details
 from kernelworks.spec import registry
 
 CASES = [(name, c) for name, spec in registry().items() for c in spec.check_cases]
@@ -27,7 +27,7 @@ def test_op_passes_its_checklist(op, case, device):
     results = check_case(spec, case, device=device, seed=zlib.crc32(case.id.encode()) & 0xFFFF)
     assert results, "no result"
     failed = [r for r in results if not r.passed and not r.skipped]
-    assert not failed, "\n" + check_table(results)
+    assert not failed, "\n" + check_table(results) + "\n\n" + failure_details(failed)
 
 
 @pytest.mark.gpu

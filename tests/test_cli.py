@@ -69,3 +69,92 @@ def test_report_without_gpu_writes_markdown(tmp_path, capsys):
     assert "## Correctness" in text and "| silu |" in text
     assert "## Lint" in text and "No findings." in text
     assert "_activation_fwd_kernel" in text and "_activation_bwd_kernel" in text  # inspected for sm_90
+
+
+# ----------------------------------------------------------------------------- errors and streaming output
+
+_SPECS = textwrap.dedent("""
+    import torch
+    from kernelworks.spec import Case, Cost, OpSpec, Provider, randn
+
+    def _spec(name, fn):
+        return OpSpec(name=name, reference=lambda x: torch.relu(x),
+                      inputs=lambda case, device: {"x": randn((2, 5), case, device)},
+                      check_cases=[Case("tiny", {}, torch.float32)], bench_cases=[], cost=lambda c, m: Cost(),
+                      providers={"mine": Provider("mine", fn)}, subject="mine", baselines=("torch",))
+
+    def _interrupted(x):
+        raise KeyboardInterrupt  # the run is cut short while this op is being checked
+
+    def _long_error(x):
+        raise RuntimeError("first line\\n" + "a very long interpreter repr " * 100)
+
+    GOOD = _spec("good", torch.relu)
+    CUT = _spec("cut", _interrupted)
+    LOUD = _spec("loud", _long_error)
+    NOT_A_SPEC = 3
+""")
+
+
+@pytest.fixture
+def specs_file(tmp_path):
+    path = tmp_path / "specs.py"
+    path.write_text(_SPECS)
+    return path
+
+
+def test_check_unknown_attribute_names_what_the_file_has(specs_file, capsys):
+    assert main(["check", f"{specs_file}:NOPE"]) == 2
+    err = capsys.readouterr().err
+    assert "has no 'NOPE'" in err and "CUT, GOOD, LOUD" in err and "NoneType" not in err
+    assert main(["check", f"{specs_file}:NOT_A_SPEC"]) == 2
+    assert "'NOT_A_SPEC' is a int" in capsys.readouterr().err
+
+
+def test_check_prints_each_op_as_it_finishes(specs_file, capsys):
+    """A run cut short (here: interrupted while the second op runs) has already printed the first op."""
+    with pytest.raises(KeyboardInterrupt):
+        main(["check", f"{specs_file}:GOOD", f"{specs_file}:CUT"])
+    out = capsys.readouterr().out
+    assert "good" in out and "tiny-fp32" in out and "ok" in out
+
+
+def test_check_failures_are_one_line_unless_verbose(specs_file, capsys):
+    assert main(["check", f"{specs_file}:LOUD"]) == 1
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if "FAIL" in line]
+    verdict = row[row.index("FAIL"):]
+    assert verdict.startswith("FAIL: raised RuntimeError: first line a very long") and len(verdict) <= 126
+    assert "a very long interpreter repr " * 100 not in out
+    assert main(["check", f"{specs_file}:LOUD", "--verbose"]) == 1
+    assert "first line\n" + "a very long interpreter repr " * 100 in capsys.readouterr().out
+
+
+def test_diagnose_without_a_case_lists_the_cases(capsys):
+    assert main(["diagnose", "softmax"]) == 2
+    out = capsys.readouterr().out
+    assert "--case" in out and "8192x8192-bf16" in out and "1x7-fp32" in out
+    assert main(["diagnose", "softmax", "--case", "nope"]) == 2
+    assert "no case named 'nope'" in capsys.readouterr().err
+
+
+def test_report_prints_a_summary_not_the_report(tmp_path, capsys):
+    assert main(["report", "--op", "silu", "--op", "gelu", "--out", str(tmp_path), "--no-bench"]) == 0
+    out = capsys.readouterr().out
+    assert "## Lint" not in out and "| op |" not in out  # the report stays in its file
+    assert "gelu:" in out and "silu:" in out and "2 ops:" in out and " 0 failed" in out
+    assert str(tmp_path / "report.md") in out
+    assert main(["report", "--op", "nope", "--out", str(tmp_path)]) == 2
+    assert "no op named 'nope'" in capsys.readouterr().err
+
+
+def test_report_keeps_what_it_found_when_cut_short(tmp_path):
+    from kernelworks.report import make_report
+
+    def stop_after_first(line: str) -> None:
+        raise KeyboardInterrupt(line)
+
+    with pytest.raises(KeyboardInterrupt):
+        make_report(tmp_path, ops=["gelu", "silu"], bench=False, log=stop_after_first)
+    text = (tmp_path / "report.md").read_text()
+    assert "| gelu |" in text and "| silu |  |  |  | not run (cut short) |" in text

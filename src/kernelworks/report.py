@@ -5,12 +5,13 @@ and says that timings need a GPU."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from kernelworks.check import check_table, run_check, summarize
+from kernelworks.check import check_table, failure_details, run_check, summarize
 from kernelworks.check.engine import CaseResult, where_checks_run
 from kernelworks.spec import registry
 from kernelworks.tables import markdown_table
@@ -47,38 +48,76 @@ def _inspect_section(specs: dict, target: str = "sm_90") -> list[str]:
     return lines
 
 
-def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None = None,
-                bench: bool = True) -> tuple[Path, bool]:
-    """Write ``out_dir/report.md`` (+ results and plots); returns (path, all checks passed)."""
+class ReportResult(NamedTuple):
+    """What :func:`make_report` did: the report's path, whether every check passed, and per op
+    ``(op, passed, failed, skipped)``."""
+
+    path: Path
+    ok: bool
+    summary: list[tuple[str, int, int, int]]
+
+
+def _correctness_section(all_results: dict[str, list[CaseResult]], pending: Sequence[str]) -> list[str]:
+    """The summary table, every comparison (one-line cells) and the failures' full text."""
+    rows = []
+    for name, results in all_results.items():
+        p, f, s = summarize(results)
+        rows.append([name, p, f, s, "ok" if f == 0 else "FAIL"])
+    rows += [[name, "", "", "", "not run (cut short)"] for name in pending]
+    flat = [r for rs in all_results.values() for r in rs]
+    lines = [f"## Correctness ({where_checks_run()})", "",
+             markdown_table(["op", "passed", "failed", "skipped", "verdict"], rows), "",
+             "<details><summary>every comparison</summary>", "", check_table(flat, markdown=True), "",
+             "</details>", ""]
+    details = failure_details(flat, markdown=True)
+    if details:
+        lines += ["### Failures (full text)", "", details, ""]
+    return lines
+
+
+def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None = None, bench: bool = True,
+                log: Callable[[str], None] | None = None) -> ReportResult:
+    """Write ``out_dir/report.md`` (+ results and plots).
+
+    The file is rewritten after each op's checks, so a run cut short keeps what it found; ``log`` (e.g.
+    ``print``) receives one line per op as its checks finish.
+    """
     import triton
 
     from kernelworks.runtime.device import device_name
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "report.md"
     specs = registry()
     if ops is not None:
+        unknown = sorted(set(ops) - set(specs))
+        if unknown:
+            raise KeyError(f"no op named {', '.join(map(repr, unknown))}; registered: {', '.join(specs)}")
         specs = {k: v for k, v in specs.items() if k in set(ops)}
     tags = None if full else ["quick"]
     started = time.perf_counter()
-    lines = ["# kernelworks report", "",
-             f"Device: {device_name()} · torch {torch.__version__} · triton {triton.__version__} · "
-             f"{'full' if full else 'quick (cases tagged quick; --full for all)'}", ""]
+    head = ["# kernelworks report", "",
+            f"Device: {device_name()} · torch {torch.__version__} · triton {triton.__version__} · "
+            f"{'full' if full else 'quick (cases tagged quick; --full for all)'}", ""]
+
+    def write(lines: list[str]) -> None:
+        path.write_text("\n".join(lines) + "\n")
 
     all_results: dict[str, list[CaseResult]] = {}
     for name, spec in specs.items():
+        t0 = time.perf_counter()
         all_results[name] = run_check(spec, tags=tags, progress=True)
-    summary_rows = []
-    for name, results in all_results.items():
-        p, f, s = summarize(results)
-        summary_rows.append([name, p, f, s, "ok" if f == 0 else "FAIL"])
-    ok = all(r[2] == 0 for r in summary_rows)
-    lines += [f"## Correctness ({where_checks_run()})", "",
-              markdown_table(["op", "passed", "failed", "skipped", "verdict"], summary_rows), "",
-              "<details><summary>every comparison</summary>", "",
-              check_table([r for rs in all_results.values() for r in rs], markdown=True), "", "</details>", ""]
+        write(head + _correctness_section(all_results, [n for n in specs if n not in all_results]))
+        p, f, s = summarize(all_results[name])
+        if log is not None:
+            log(f"{name}: {p} passed, {f} failed, {s} skipped ({time.perf_counter() - t0:.0f} s)")
+    summary = [(name, *summarize(results)) for name, results in all_results.items()]
+    ok = all(f == 0 for _, _, f, _ in summary)
+    lines = head + _correctness_section(all_results, [])
 
     lines += _lint_section()
     lines += _inspect_section(specs)
+    write(lines)
     lines += ["## Speed", ""]
     if not torch.cuda.is_available():
         lines += ["No CUDA GPU is visible: timings need one (the interpreter's times mean nothing). "
@@ -102,7 +141,9 @@ def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None 
             except ImportError:
                 lines.append("\n(plots need matplotlib: pip install 'kernelworks[plot]')")
             lines.append("")
+            write(lines)
+            if log is not None:
+                log(f"{name}: timed ({len(records)} records)")
     lines.append(f"_Took {time.perf_counter() - started:.0f} s._")
-    path = out_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path, ok
+    write(lines)
+    return ReportResult(path, ok, summary)

@@ -2,7 +2,7 @@
 
 from kernelworks.check.compare import Comparison, bitwise_equal, compare
 from kernelworks.check.engine import CaseResult, check_case, run_check
-from kernelworks.check.render import check_table, summarize
+from kernelworks.check.render import check_table, failure_details, summarize
 
-__all__ = ["CaseResult", "Comparison", "bitwise_equal", "check_case", "check_table", "compare", "run_check",
-           "summarize"]
+__all__ = ["CaseResult", "Comparison", "bitwise_equal", "check_case", "check_table", "compare", "failure_details",
+           "run_check", "summarize"]

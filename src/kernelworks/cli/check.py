@@ -1,4 +1,7 @@
-"""``kw check OP|FILE:SPEC``: the correctness checklist; exits 1 on any failure."""
+"""``kw check OP|FILE:SPEC``: the correctness checklist; exits 1 on any failure.
+
+Each op's table is printed (and flushed) as soon as its cases are done, so a run cut short keeps what it
+found; failures show on one line each, their full text with ``--verbose``."""
 
 from __future__ import annotations
 
@@ -14,21 +17,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--provider", help="provider to check (default: the spec's subject, ours)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
-    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each failure's full text after its op's table (cells show one line)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelworks.check import check_table, run_check, summarize
+    from kernelworks.check import check_table, failure_details, run_check, summarize
     from kernelworks.check.engine import where_checks_run
     from kernelworks.spec import load_spec, registry
 
     targets = list(registry()) if args.target == ["all"] else args.target
-    results = []
-    for t in targets:
-        spec = load_spec(t)
-        results += run_check(spec, args.case, provider=args.provider, seed=args.seed,
-                             tags=["quick"] if args.quick else None, progress=True)
-    print(check_table(results, markdown=args.markdown))
-    passed, failed, skipped = summarize(results)
-    print(f"\n{where_checks_run()}: {passed} passed, {failed} failed, {skipped} skipped")
+    specs = [load_spec(t) for t in targets]  # every target resolved before the first case runs
+    passed = failed = skipped = 0
+    for i, spec in enumerate(specs):
+        results = run_check(spec, args.case, provider=args.provider, seed=args.seed,
+                            tags=["quick"] if args.quick else None, progress=True)
+        print(("\n" if i else "") + check_table(results, markdown=args.markdown), flush=True)
+        details = failure_details(results, markdown=args.markdown) if args.verbose else ""
+        if details:
+            print("\n" + details, flush=True)
+        p, f, s = summarize(results)
+        passed, failed, skipped = passed + p, failed + f, skipped + s
+    print(f"\n{where_checks_run()}: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
     return 1 if failed else 0

@@ -1,8 +1,10 @@
-"""``kw report``: check (and on a GPU, time) every registered op into a Markdown report."""
+"""``kw report``: check (and on a GPU, time) every registered op into a Markdown report; prints one line
+per op as it finishes and a summary at the end (the report itself is in the file)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 
@@ -17,7 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kernelworks.report import make_report
 
-    path, ok = make_report(Path(args.out), full=args.full, ops=args.op, bench=not args.no_bench)
-    print(path.read_text())
-    print(f"wrote {path}")
-    return 0 if ok else 1
+    result = make_report(Path(args.out), full=args.full, ops=args.op, bench=not args.no_bench,
+                         log=functools.partial(print, flush=True))
+    passed, failed, skipped = (sum(row[i] for row in result.summary) for i in (1, 2, 3))
+    failing = [op for op, _, f, _ in result.summary if f]
+    print(f"\n{len(result.summary)} ops: {passed} passed, {failed} failed, {skipped} skipped"
+          + (f" (failing: {', '.join(failing)})" if failing else ""))
+    print(f"wrote {result.path}")
+    return 0 if result.ok else 1
