@@ -290,9 +290,13 @@ def load_spec(target: str) -> OpSpec:
         loader_spec.loader.exec_module(module)
     else:
         module = importlib.import_module(where)
-    spec = getattr(module, attr, None)
+    found = sorted(name for name, value in vars(module).items() if isinstance(value, OpSpec))
+    there = f"its OpSpecs: {', '.join(found)}" if found else "it defines no OpSpec"
+    if not hasattr(module, attr):
+        raise KeyError(f"{target}: {where} has no {attr!r}; {there}")
+    spec = getattr(module, attr)
     if not isinstance(spec, OpSpec):
-        raise TypeError(f"{target}: expected an OpSpec, found {type(spec).__name__}")
+        raise TypeError(f"{target}: expected an OpSpec, {attr!r} is a {type(spec).__name__}; {there}")
     return spec
 
 
