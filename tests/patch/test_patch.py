@@ -8,6 +8,7 @@ fp32 tolerance (rtol 1e-4, atol 1e-5): both sides compute in fp32 and differ onl
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -55,7 +56,8 @@ def _pair(family: str = "llama", seed: int = 0):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-    reference = tf.AutoModelForCausalLM.from_config(config).float()
+    # its own config: transformers shares the config object, and patching switches its attention implementation
+    reference = tf.AutoModelForCausalLM.from_config(copy.deepcopy(config)).float()
     reference.load_state_dict(model.state_dict())
     return model.eval(), reference.eval()
 
@@ -96,6 +98,7 @@ def rotary(monkeypatch):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_family_matches_unpatched(family, rotary):
     model, reference = _pair(family)
+    assert model.config is not reference.config
     keys = list(model.state_dict())
     ptrs = [t.data_ptr() for t in model.state_dict().values()]
     kernelworks.patch(model)
@@ -160,7 +163,9 @@ def test_packed_sequences_equal_separate(family):
         logits = model(packed, position_ids=position_ids).logits
         torch.testing.assert_close(logits[:, :5], model(a).logits, **TOL)
         torch.testing.assert_close(logits[:, 5:], model(b).logits, **TOL)
-        torch.testing.assert_close(logits, reference(packed, position_ids=position_ids).logits, **TOL)
+        # HF detects packing only without a cache (training), hence use_cache=False on its side
+        ref = reference(packed, position_ids=position_ids, use_cache=False).logits
+        torch.testing.assert_close(logits, ref, **TOL)
 
 
 def test_padding_falls_back_to_torch_with_a_warning():
