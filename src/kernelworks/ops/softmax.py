@@ -314,7 +314,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Args:
         x: ``[..., n]`` float32, float16 or bfloat16, on CUDA (or the CPU under ``TRITON_INTERPRET=1``);
-            any row stride (a slice of a wider tensor runs without a copy).
+            any strides (a slice of a wider tensor runs without a copy; expanded views are honoured).
+            Empty tensors are refused (ValueError). NaN and ``+inf`` make their row NaN, as in PyTorch.
         dim: must name the last dimension (``-1``, the default, or ``x.dim() − 1``).
 
     Returns:
@@ -334,7 +335,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Args:
         x: ``[..., n]`` float32, float16 or bfloat16, on CUDA (or the CPU under ``TRITON_INTERPRET=1``);
-            any row stride.
+            any strides. Empty tensors are refused (ValueError). NaN and ``+inf`` make their row NaN, as in
+            PyTorch.
         dim: must name the last dimension (``-1``, the default, or ``x.dim() − 1``).
 
     Returns:

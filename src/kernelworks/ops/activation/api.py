@@ -1,5 +1,9 @@
 """Public activation functions, their validation, and the ``torch.library`` custom ops behind them.
 
+Inputs may have any strides (stride-0 expanded views included; a last dimension that is not unit-stride
+is copied); empty tensors are refused with a ValueError naming the argument. NaN and ±inf give what PyTorch
+gives in float64 (``gelu(+inf) = +inf``; ``gelu(-inf)``, ``silu(-inf)``: NaN, as ``-inf · 0``).
+
 All four public functions go through one :class:`~kernelworks.runtime.torch_op.TorchOp`, ``activation``,
 parameterised by the activation name (``silu``, ``gelu``, ``gelu_tanh``) and by whether it is gated: custom
 ops ``kernelworks::activation`` / ``activation_backward`` with fake implementations and autograd under
