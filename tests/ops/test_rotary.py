@@ -83,8 +83,16 @@ def test_spec_cases_cover_the_layouts():
     assert any(c.get("rotary_dim", c["head_dim"]) < c["head_dim"] for c in p)
     assert any(c["kv_heads"] < c["heads"] for c in p) and any(c["kv_heads"] > c["heads"] for c in p)
     assert {c.dtype for c in CPU_CASES} == {F32, F16, BF16}
-    # several head blocks under the interpreter (BLOCK_H = 256 // head_dim features)
-    assert any(c["heads"] > kernels._plan(c["heads"], c["head_dim"], c["head_dim"])[0] for c in p)
+
+
+@pytest.mark.interpreter
+def test_spec_cases_take_several_head_blocks():
+    """Under the interpreter (BLOCK_H = 256 // head_dim features) some cases need several head blocks, and
+    some have k's heads in blocks past q's."""
+    p = [c.params for c in CPU_CASES]
+    blocks = [kernels._plan(max(c["heads"], c["kv_heads"]), c["head_dim"], c["head_dim"], False)[0] for c in p]
+    assert any(c["heads"] > bh for c, bh in zip(p, blocks))
+    assert any(c["kv_heads"] > bh >= c["heads"] for c, bh in zip(p, blocks))
 
 
 def test_spec_inputs_and_cost():
@@ -187,7 +195,31 @@ def test_fused_qkv_views_and_broadcast_tables_equal_contiguous():
                                        sin.contiguous(), g)
     for ours, want in ((qo, cq), (ko, ck), (dq, cdq), (dk, cdk)):
         torch.testing.assert_close(ours, want, rtol=0, atol=0)
-    assert qo.is_contiguous() and qo.shape == q.shape and ko.shape == k.shape
+    assert qo.shape == q.shape and ko.shape == k.shape
+
+
+@pytest.mark.parametrize("source", ["contiguous", "transposed", "fused"])
+def test_outputs_keep_the_memory_order(source):
+    """Outputs are dense in the input's memory order (``torch.empty_like``'s rule), gradients in the
+    upstream gradient's: HF's transposed q comes back as a transposed [B, S, H, D] buffer, and its
+    gradient too, so the ``transpose``/``view`` backward into the projection needs no copy."""
+    torch.manual_seed(10)
+    case = SPEC.find_cases(["hf_llama-fp32"], bench=False)[0]
+    inputs = SPEC.inputs(type(case)(case.name, {**case.params, "source": source}, case.dtype), DEVICE)
+    q, k, cos, sin = (inputs[n] for n in ("q", "k", "cos", "sin"))
+    lq, lk = (t.detach().requires_grad_() for t in (q, k))
+    qo, ko = kw.rotary_embedding(lq, lk, cos, sin)
+    for out in (qo, ko):
+        dense = out if source == "contiguous" else out.transpose(1, 2)
+        assert dense.is_contiguous(), (source, out.stride())
+    # a gradient laid out like the outputs (what SDPA's backward hands back) gives input gradients alike
+    gq, gk = (torch.randn_like(o) for o in (qo, ko))
+    assert gq.stride() == qo.stride()
+    dq, dk = torch.autograd.grad((qo, ko), (lq, lk), (gq, gk), retain_graph=True)
+    assert dq.stride() == qo.stride() and dk.stride() == ko.stride()
+    # an expanded (stride-0) gradient has no order: contiguous
+    dq, _ = torch.autograd.grad((qo.sum() + ko.sum(),), (lq, lk))
+    assert dq.is_contiguous()
 
 
 def test_strided_last_dimension():
@@ -355,12 +387,17 @@ def test_torch_compile_fullgraph():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_opcheck():
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+def test_opcheck(transposed):
+    """Schema, fake implementations (their strides too: outputs follow the inputs' memory order), autograd."""
     torch.manual_seed(7)
-    q, k = (t.requires_grad_() for t in _qk(s=3, d=24))
+    q, k = _qk(s=3, d=24, heads_dim=2 if transposed else 1)
+    if transposed:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    q, k = q.requires_grad_(), k.requires_grad_()
     cos, sin = _tables(s=3, r=16)
     torch.library.opcheck(api._apply.custom_op, (q, k, cos, sin, "neox", 1))
-    dq_out, dk_out = (torch.randn(t.shape, device=DEVICE) for t in (q, k))
+    dq_out, dk_out = (torch.randn_like(t.detach()) for t in (q, k))
     torch.library.opcheck(api._apply.backward_op, (dq_out, dk_out, cos, sin, "neox", 1))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelworks.ops.rotary.kernels import LAYOUTS, rotary_embedding_bwd, rotary_embedding_fwd
+from kernelworks.ops.rotary.kernels import LAYOUTS, like_in_memory_order, rotary_embedding_bwd, rotary_embedding_fwd
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor, check_same_device, check_same_dtype
 
@@ -25,7 +25,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
 
 def _forward_fake(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
                   heads_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return q.new_empty(q.shape), k.new_empty(k.shape)
+    return like_in_memory_order(q, q.new_empty), like_in_memory_order(k, k.new_empty)
 
 
 def _backward(dq_out: torch.Tensor, dk_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
@@ -35,7 +35,7 @@ def _backward(dq_out: torch.Tensor, dk_out: torch.Tensor, cos: torch.Tensor, sin
 
 def _backward_fake(dq_out: torch.Tensor, dk_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    layout: str, heads_dim: int) -> list[torch.Tensor]:
-    return [dq_out.new_empty(dq_out.shape), dk_out.new_empty(dk_out.shape)]
+    return [like_in_memory_order(dq_out, dq_out.new_empty), like_in_memory_order(dk_out, dk_out.new_empty)]
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -136,7 +136,9 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
         heads_dim: where the head axis is, 1 or 2 (HF's ``unsqueeze_dim``).
 
     Returns:
-        ``(q_out, k_out)``: contiguous, shaped and typed like ``q`` and ``k``; math in fp32, one rounding.
+        ``(q_out, k_out)``: shaped and typed like ``q`` and ``k``, dense, in their memory order (as
+        ``torch.empty_like``: HF's transposed q comes back laid out like q, so no copy follows in the
+        backward); math in fp32, one rounding.
 
     Example::
 

@@ -114,18 +114,36 @@ def _rotary_embedding_kernel(
 # ------------------------------------------------------------------------------------------- launchers
 
 @cached_plan
-def _plan(n_heads: int, head_dim: int, rot_dim: int) -> tuple[int, int, int, int]:
+def _plan(n_heads: int, head_dim: int, rot_dim: int, gptj: bool) -> tuple[int, int, int, int]:
     """``(BLOCK_H, BLOCK_R, BLOCK_P, num_warps)``.
 
-    A program holds ``BLOCK_H`` whole heads of q and of k: about 2048 features each (the elementwise tile
-    that won the activation sweep, docs/notes/activation.md), 4 warps. Under the interpreter the tile is
-    256 features, so that small test shapes already take several head blocks.
+    A program holds ``BLOCK_H`` whole heads of q and of k: 4096 features each for NeoX, 2048 for GPT-J, one
+    warp per 512 features. An H100 sweep (tiles 1024–8192, 2–16 warps, bf16 bench cases; docs/notes/
+    rotary.md) put NeoX at 4096 features 3–4% ahead of 2048 (Llama-3 8B/70B), and GPT-J's stride-2 pair
+    loads at half speed past 2048. Under the interpreter the tile is 256 features, so that small test
+    shapes already take several head blocks.
     """
-    tile = 256 if interpreter_active() else 2048
+    tile = 256 if interpreter_active() else 2048 if gptj else 4096
     block_h = max(1, min(next_pow2(n_heads), tile // next_pow2(head_dim)))
     block_p = next_pow2(head_dim - rot_dim) if head_dim > rot_dim else 0
     warps = 1 if interpreter_active() else max(1, min(8, block_h * next_pow2(head_dim) // 512))
     return block_h, next_pow2(rot_dim // 2), block_p, next_pow2(warps)
+
+
+def memory_order(t: torch.Tensor) -> list[int]:
+    """``t``'s dims from the largest stride to the smallest (ties keep their order: an expanded, stride-0
+    tensor counts as contiguous)."""
+    return sorted(range(t.dim()), key=lambda i: -t.stride(i))
+
+
+def like_in_memory_order(t: torch.Tensor, new_empty) -> torch.Tensor:
+    """A dense tensor shaped like ``t`` whose memory order is ``t``'s (``torch.empty_like``'s rule): HF's
+    ``[B, S, H, D]`` projection seen as ``[B, H, S, D]`` gets a rotated output laid out the same way, so
+    writes stay contiguous per token and the gradient flowing back through HF's ``transpose``/``view``
+    needs no copy. ``new_empty(shape)`` allocates contiguous memory (the real or the fake allocator)."""
+    order = memory_order(t)
+    out = new_empty([t.shape[i] for i in order])
+    return out if order == sorted(order) else out.permute([order.index(i) for i in range(t.dim())])
 
 
 def _bshd(t: torch.Tensor, heads_dim: int) -> tuple[int, int, int, int]:
@@ -145,12 +163,12 @@ def _table_strides(t: torch.Tensor) -> tuple[int, int, int]:
 
 def _rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
             heads_dim: int, transpose: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    q_out = empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = empty(k.shape, dtype=k.dtype, device=k.device)
+    q_out, k_out = (like_in_memory_order(t, lambda shape, t=t: empty(shape, dtype=t.dtype, device=t.device))
+                    for t in (q, k))
     batch, seq, head_dim = q.shape[0], q.shape[3 - heads_dim], q.shape[3]
     n_qh, n_kh = q.shape[heads_dim], k.shape[heads_dim]
     rot_dim = cos.shape[-1]
-    block_h, block_r, block_p, warps = _plan(max(n_qh, n_kh), head_dim, rot_dim)
+    block_h, block_r, block_p, warps = _plan(max(n_qh, n_kh), head_dim, rot_dim, layout == "gptj")
     grid = (batch * seq, cdiv(max(n_qh, n_kh), block_h))
     launch(_rotary_embedding_kernel, grid, q, k, cos, sin, q_out, k_out,
            seq, n_qh, n_kh, rot_dim // 2, head_dim,
@@ -163,12 +181,13 @@ def _rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
 
 def rotary_embedding_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
                          heads_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q_out, k_out)``: q and k rotated (one launch), contiguous, in their dtypes. Shapes as
+    """``(q_out, k_out)``: q and k rotated (one launch), in their dtypes and memory orders. Shapes as
     :func:`kernelworks.rotary_embedding`; inputs already validated."""
     return _rotary(q, k, cos, sin, layout, heads_dim, transpose=False)
 
 
 def rotary_embedding_bwd(dq_out: torch.Tensor, dk_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          layout: str, heads_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dq, dk)``: the output gradients through the rotation's transpose (one launch), contiguous."""
+    """``(dq, dk)``: the output gradients through the rotation's transpose (one launch), in the gradients'
+    memory orders."""
     return _rotary(dq_out, dk_out, cos, sin, layout, heads_dim, transpose=True)

@@ -153,13 +153,13 @@ def _cost(case: Case, mode: str) -> Cost:
 
 def _liger(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "neox",
            rotary_dim: int | None = None, heads_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    # Liger's RoPE is NeoX over the whole head, [B, H, S, D] with [1 or B, S, D] tables only: refuse the
-    # rest rather than compute another function. Careful: it makes q.transpose(1, 2) contiguous and
-    # rotates that in place, so HF's transposed q and k are overwritten (timing is unaffected, values
-    # after the first call are not to be checked).
-    if layout != "neox" or heads_dim != 1 or cos.dim() != 3 or cos.shape[-1] != q.shape[-1]:
-        raise NotImplementedError("Liger's RoPE computes NeoX pairs over the whole head, heads_dim=1 and "
-                                  "[batch or 1, seq, head_dim] tables only")
+    # Liger's RoPE (0.8.5) is NeoX with q, k as [B, H, S, D]: refuse the rest rather than compute another
+    # function. It reads only the first half of cos/sin (HF's cat(freqs, freqs): the bench cases' tables)
+    # and computes in the tables' dtype. Careful: it makes q.transpose(1, 2) contiguous and rotates that in
+    # place, so HF's transposed q and k are overwritten (timing is unaffected; values after the first call
+    # are not to be checked).
+    if layout != "neox" or heads_dim != 1:
+        raise NotImplementedError("Liger's RoPE computes NeoX pairs with heads_dim=1 only")
     from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
     return liger_rotary_pos_emb(q, k, cos, sin)
