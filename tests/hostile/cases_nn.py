@@ -27,7 +27,8 @@ def _module_op(cls, functional: str, params: tuple[str, ...]) -> Op:
         return module(**forward)
 
     def ref(init, **forward):
-        module = cls(**{k: v for k, v in init.items() if k not in ("device", "dtype")})
+        with torch.device(DEVICE):
+            module = cls(**{k: v for k, v in init.items() if k not in ("device", "dtype")})
         options = {p: getattr(module, p) for p in params}
         return spec.reference(**forward, **options)
     return Op(f"nn.{cls.__name__}", FAMILY, fn, ref, spec.tolerance)

@@ -148,10 +148,13 @@ def seed_of(case_id: str) -> int:
 
 
 def build_inputs(case: Case) -> dict[str, Any]:
-    """``case.build()`` seeded by the case id, with tensors on :data:`DEVICE` (meta tensors stay meta)."""
+    """``case.build()`` seeded by the case id, with tensors on :data:`DEVICE`: built under it, and the
+    constants a table made at import (on the CPU) moved there; meta tensors stay meta."""
     torch.manual_seed(seed_of(case.id))
     with torch.device(DEVICE):
-        return case.build()
+        inputs = case.build()
+    return {k: v.to(DEVICE) if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
+            for k, v in inputs.items()}
 
 
 def names_arg(message: str, names: Sequence[str]) -> bool:
