@@ -640,6 +640,14 @@ def _run_grouped(tma, *args, **kwargs):
         return grouped_matmul(*args, **kwargs)
 
 
+@pytest.fixture(params=["int32_sums", "int64_sums"])
+def sums(request, monkeypatch):
+    """The groups' prefix sums in int32 (the default) or int64 (launches with (E + 1)·T ≥ 2³¹)."""
+    if request.param == "int64_sums":
+        monkeypatch.setattr(grouped_module, "INT32_SUM_LIMIT", 0)
+    return request.param
+
+
 def _bounded_groups(values, t, offsets):
     """The groups the kernels read from any index values: sizes clamped into [0, T] (negative: empty),
     offsets clamped into [0, T] with a decreasing step an empty group; laid end to end from ``offsets[0]``
@@ -705,7 +713,7 @@ _GROUP_VALUES = [
 
 @_paths()
 @pytest.mark.parametrize("name,values,dtype,valid,_bad", _GROUP_VALUES)
-def test_grouped_bad_groups_stay_inside_the_tensors(name, values, dtype, valid, _bad, tma, monkeypatch):
+def test_grouped_bad_groups_stay_inside_the_tensors(name, values, dtype, valid, _bad, tma, sums, monkeypatch):
     """Validation off, any index values: the operands sit inside larger buffers whose guard rows and guard
     expert hold NaN (a read outside ``a``/``b`` would put NaN in the output), the output inside a buffer
     whose guard rows hold a sentinel (a write outside ``c`` would change it). The result is the bounded
@@ -732,7 +740,7 @@ def test_grouped_bad_groups_stay_inside_the_tensors(name, values, dtype, valid, 
         out = _run_grouped(tma, a, b, **{name: idx})
     (buf,) = outs
     assert bool((buf[:pad] == sentinel).all()) and bool((buf[pad + t:] == sentinel).all()), "write outside c"
-    want = torch.zeros(t, n, dtype=torch.float64)
+    want = torch.zeros(t, n, dtype=torch.float64, device=DEVICE)
     for i_e, (lo, hi) in enumerate(_bounded_groups(values, t, name == "offsets")):
         want[lo:hi] = a[lo:hi].double() @ b[i_e].double()
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)

@@ -39,32 +39,43 @@ from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 from kernelworks.runtime.validate import check_same_device
 
+INT32_SUM_LIMIT = 2**31
+"""Launches with ``(E + 1)·T`` at least this sum the groups in int64 (:func:`expert_groups`); tests lower it."""
+
 
 @triton.jit
-def expert_groups(p_idx, s_idx, T, E, OFFSETS: tl.constexpr, E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+def expert_groups(p_idx, s_idx, T, E, OFFSETS: tl.constexpr, WIDE: tl.constexpr, E_POW2: tl.constexpr,
+                  BLOCK_M: tl.constexpr):
     """Each expert's rows ``[row0_e, row0_e + size_e)`` of ``A``/``C``, bounded whatever the index tensor
     holds. ``p_idx``: ``group_sizes [E]`` or (``OFFSETS``) ``offsets [E + 1]``, int32/int64, element stride
     ``s_idx``. A negative size (a decreasing offset) is an empty group; groups lie end to end from ``lo``
     (``offsets[0]``, 0 for sizes) and are cut at ``T``, so every row index lies in ``[0, T]``.
 
+    Values are clamped into ``[0, T]`` in their own dtype first, so the prefix sum adds at most ``(E + 1)·T``:
+    int32 unless ``WIDE`` (the launcher's ``(E + 1)·T ≥ 2³¹``; an int64 scan costs ~1 µs per launch).
     Returns ``(b_size, b_row0, b_tiles, lo, hi)``: ``[E_POW2]`` int32 vectors (0 past ``E``) and the covered
-    rows ``[lo, hi)``; rows outside it belong to no group. int64 until clamped: sizes up to ``T`` each,
-    so the prefix sum cannot wrap, whatever the values."""
+    rows ``[lo, hi)``; rows outside it belong to no group."""
     o_e = tl.arange(0, E_POW2)
     m_e = o_e < E
     p_e = p_idx + o_e.to(tl.int64) * s_idx
     if OFFSETS:
-        lo = tl.minimum(tl.maximum(tl.load(p_idx).to(tl.int64), 0), T)
-        b_lo = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0).to(tl.int64), 0), T)
-        b_hi = tl.minimum(tl.maximum(tl.load(p_e + s_idx, mask=m_e, other=0).to(tl.int64), 0), T)
+        lo = tl.minimum(tl.maximum(tl.load(p_idx), 0), T)
+        b_lo = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0), 0), T)
+        b_hi = tl.minimum(tl.maximum(tl.load(p_e + s_idx, mask=m_e, other=0), 0), T)
         b_size = tl.maximum(b_hi - b_lo, 0)
     else:
-        lo = tl.full((), 0, tl.int64)
-        b_size = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0).to(tl.int64), 0), T)
+        lo = tl.full((), 0, tl.int32)
+        b_size = tl.minimum(tl.maximum(tl.load(p_e, mask=m_e, other=0), 0), T)
+    if WIDE:
+        b_size = b_size.to(tl.int64)
+        lo = lo.to(tl.int64)
+    else:
+        b_size = b_size.to(tl.int32)
+        lo = lo.to(tl.int32)
     b_end = lo + tl.cumsum(b_size, 0)
     b_row0 = tl.minimum(b_end - b_size, T).to(tl.int32)
     b_size = tl.minimum(b_end, T).to(tl.int32) - b_row0
-    hi = tl.minimum(lo + tl.sum(b_size, 0), T).to(tl.int32)
+    hi = tl.minimum(lo.to(tl.int32) + tl.sum(b_size, 0), T)
     return b_size, b_row0, (b_size + BLOCK_M - 1) // BLOCK_M, lo.to(tl.int32), hi
 
 
@@ -84,7 +95,7 @@ def _grouped_matmul_kernel(
     p_a, p_b, p_c, p_idx,
     T, N, K, E,
     s_am, s_ak, s_be, s_bk, s_bn, s_cm, s_cn, s_idx,
-    OFFSETS: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
+    OFFSETS: tl.constexpr, WIDE: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """``C[r0_e + i] = A[r0_e + i] @ B[e]`` for the rows ``i < s_e`` of each expert ``e`` (groups from
@@ -93,7 +104,7 @@ def _grouped_matmul_kernel(
     group covers (``[0, lo)`` and ``[hi, T)``: E + 2 ranges whose tiles number at most ``⌈T/BLOCK_M⌉ + E + 1``)."""
     i_tm = tl.program_id(0)
     i_n = tl.program_id(1)
-    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, E_POW2, BLOCK_M)
+    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, WIDE, E_POW2, BLOCK_M)
     b_tile_end = tl.cumsum(b_tiles, 0)
     i_e = tl.sum((b_tile_end <= i_tm).to(tl.int32), 0)  # experts entirely before this tile
     o_n = i_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -132,7 +143,8 @@ def _grouped_tma_kernel(
     p_a, p_b, p_c, p_idx,
     T, N, K, E,
     s_am, s_b, s_cm, s_idx,
-    OFFSETS: tl.constexpr, B_T: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
+    OFFSETS: tl.constexpr, WIDE: tl.constexpr, B_T: tl.constexpr, PRECISION: tl.constexpr,
+    E_POW2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_SMS: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
@@ -150,7 +162,7 @@ def _grouped_tma_kernel(
     else:
         d_b = tl.make_tensor_descriptor(p_b, [E * K, N], [s_b, 1], [BLOCK_K, BLOCK_N])
     o_e = tl.arange(0, E_POW2)
-    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, E_POW2, BLOCK_M)
+    b_size, b_row0, b_tiles, lo, hi = expert_groups(p_idx, s_idx, T, E, OFFSETS, WIDE, E_POW2, BLOCK_M)
     n_n = tl.cdiv(N, BLOCK_N)
     b_unit_end = tl.cumsum(b_tiles, 0) * n_n
     n_units = tl.sum(b_tiles, 0) * n_n
@@ -240,6 +252,7 @@ def _grouped_forward(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor, off
         return out.zero_()
     precision = _precision(a.dtype)
     a, b = interpreter_dot_operand(a), interpreter_dot_operand(b)  # fp32 dots for bf16 under the interpreter
+    wide = (n_exp + 1) * t >= INT32_SUM_LIMIT  # the groups' prefix sums may pass int32 (expert_groups)
     forced = _FORCED_PLAN.get()  # forward.forced_plan (config sweeps, tests): overrides the default plan
     tma_ops = _grouped_tma_operands(a, b, out, 64) if k > 0 and (tma_available() or forced) else None
     plan = forced or grouped_plan(t, n, n_exp, a.element_size(), tma_ops is not None)
@@ -254,15 +267,16 @@ def _grouped_forward(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor, off
         units = (cdiv(t, plan.BLOCK_M) + n_exp + 1) * cdiv(n, plan.BLOCK_N)
         launch(_grouped_tma_kernel, (min(n_sms, units), 1, 1), a, b, out, groups, t, n, k, n_exp,
                a.stride(0), s_b, out.stride(0), groups.stride(0),
-               num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, B_T=b_t,
+               num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, WIDE=wide, B_T=b_t,
                PRECISION=precision, E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
                BLOCK_K=plan.BLOCK_K, NUM_SMS=n_sms, FLATTEN=plan.FLATTEN, WARP_SPECIALIZE=plan.WARP_SPECIALIZE)
         return out
     grid = (cdiv(t, plan.BLOCK_M) + n_exp + 1, cdiv(n, plan.BLOCK_N), 1)
     launch(_grouped_matmul_kernel, grid, a, b, out, groups, t, n, k, n_exp,
            *a.stride(), *b.stride(), *out.stride(), groups.stride(0),
-           num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, PRECISION=precision,
-           E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K)
+           num_warps=plan.num_warps, num_stages=plan.num_stages, OFFSETS=offsets, WIDE=wide,
+           PRECISION=precision, E_POW2=next_pow2(n_exp), BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
+           BLOCK_K=plan.BLOCK_K)
     return out
 
 
