@@ -22,6 +22,11 @@ from kernelworks.runtime.device import enable_interpreter_without_gpu
 # interpreter on CPU tensors. An explicit TRITON_INTERPRET setting always wins.
 enable_interpreter_without_gpu()
 
+# Only now may triton be imported (it reads TRITON_INTERPRET when it decorates its own library).
+from kernelworks.runtime.compat import prepare_runtime  # noqa: E402
+
+prepare_runtime()  # one warning for an untested stack; the interpreter patched where releases differ
+
 from kernelworks import nn  # noqa: E402
 from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
 from kernelworks.ops.attention import decode_attention, flash_attention  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -83,6 +85,12 @@ def enable_interpreter_without_gpu() -> None:
     """
     if INTERPRET_ENV not in os.environ and not has_gpu():
         os.environ[INTERPRET_ENV] = "1"
+        if "triton" in sys.modules:
+            # Too late for triton's own library (tl.cdiv, tl.sum, ...): it was decorated for a GPU at its
+            # import, and every kernel would fail with "Cannot call @triton.jit'd outside of the scope".
+            warnings.warn("triton was imported before kernelworks on a machine with no GPU, so kernels cannot "
+                          "run in Triton's interpreter: import kernelworks first, or set TRITON_INTERPRET=1 "
+                          "before importing triton", RuntimeWarning, stacklevel=3)
 
 
 def default_device() -> torch.device:
