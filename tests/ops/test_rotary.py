@@ -90,7 +90,7 @@ def test_spec_cases_take_several_head_blocks():
     """Under the interpreter (BLOCK_H = 256 // head_dim features) some cases need several head blocks, and
     some have k's heads in blocks past q's."""
     p = [c.params for c in CPU_CASES]
-    blocks = [kernels._plan(max(c["heads"], c["kv_heads"]), c["head_dim"], c["head_dim"], False)[0] for c in p]
+    blocks = [kernels._plan(max(c["heads"], c["kv_heads"]), c["head_dim"], c["head_dim"])[0] for c in p]
     assert any(c["heads"] > bh for c, bh in zip(p, blocks))
     assert any(c["kv_heads"] > bh >= c["heads"] for c, bh in zip(p, blocks))
 

@@ -34,31 +34,65 @@ LAYOUTS = ("neox", "gptj")
 # ------------------------------------------------------------------------------------------ device helpers
 
 @triton.jit
-def _rotate_heads(p_x, p_y, i_b, i_s, i_hb, n_heads, rot_dim, head_dim,
-                  s_xb, s_xs, s_xh, s_xd, s_yb, s_ys, s_yh, s_yd,
-                  o_a, o_b, m_r, b_ca, b_cb, b_sa, b_sb,
-                  BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
-    """Rotate heads ``[i_hb·BLOCK_H, +BLOCK_H)`` of one token of x into y (features past ``rot_dim`` copied).
+def _load_pairs(p_rows, s_d, half, m_rows, ROWS: tl.constexpr, BLOCK_R: tl.constexpr, GPTJ: tl.constexpr):
+    """``(x_a, x_b)``, each [ROWS, BLOCK_R] fp32: the two members of every pair of the first ``2·half``
+    features of ``ROWS`` rows (``p_rows`` [ROWS, 1] row pointers, ``m_rows`` [ROWS, 1] row mask).
 
-    ``o_a``/``o_b`` [BLOCK_R] are the pair members' feature offsets, ``m_r`` their mask; ``b_c*``/``b_s*``
-    [BLOCK_R] the fp32 table values at them. Heads at or past ``n_heads`` are masked (no memory touched).
+    NeoX: the two halves, two unit-stride loads. GPT-J: one unit-stride load of the ``2·half`` features split
+    into even and odd members in registers (two stride-2 loads ran at half speed on an H100).
+    """
+    if GPTJ:
+        o_f = tl.arange(0, 2 * BLOCK_R)
+        m = m_rows & (o_f < 2 * half)[None, :]
+        b_x = tl.load(p_rows + o_f[None, :] * s_d, mask=m, other=0).to(tl.float32)
+        b_a, b_b = tl.split(tl.reshape(b_x, (ROWS, BLOCK_R, 2)))
+    else:
+        o_r = tl.arange(0, BLOCK_R)
+        m = m_rows & (o_r < half)[None, :]
+        # Both halves loaded before any math so the two streams overlap.
+        b_a = tl.load(p_rows + o_r[None, :] * s_d, mask=m, other=0).to(tl.float32)
+        b_b = tl.load(p_rows + (o_r + half)[None, :] * s_d, mask=m, other=0).to(tl.float32)
+    return b_a, b_b
+
+
+@triton.jit
+def _store_pairs(p_rows, s_d, half, m_rows, b_a, b_b, ROWS: tl.constexpr, BLOCK_R: tl.constexpr,
+                 GPTJ: tl.constexpr):
+    """Store the pairs ``(b_a, b_b)`` where :func:`_load_pairs` read them, in ``p_rows``' dtype."""
+    dtype = p_rows.dtype.element_ty
+    if GPTJ:
+        o_f = tl.arange(0, 2 * BLOCK_R)
+        b_y = tl.reshape(tl.join(b_a, b_b), (ROWS, 2 * BLOCK_R))
+        tl.store(p_rows + o_f[None, :] * s_d, b_y.to(dtype), mask=m_rows & (o_f < 2 * half)[None, :])
+    else:
+        o_r = tl.arange(0, BLOCK_R)
+        m = m_rows & (o_r < half)[None, :]
+        tl.store(p_rows + o_r[None, :] * s_d, b_a.to(dtype), mask=m)
+        tl.store(p_rows + (o_r + half)[None, :] * s_d, b_b.to(dtype), mask=m)
+
+
+@triton.jit
+def _rotate_heads(p_x, p_y, i_b, i_s, i_hb, n_heads, half, head_dim,
+                  s_xb, s_xs, s_xh, s_xd, s_yb, s_ys, s_yh, s_yd,
+                  b_ca, b_cb, b_sa, b_sb,
+                  GPTJ: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Rotate heads ``[i_hb·BLOCK_H, +BLOCK_H)`` of one token of x into y (features past ``2·half`` copied).
+
+    ``b_c*``/``b_s*`` [1, BLOCK_R] are the fp32 table values at the pairs' members. Heads at or past
+    ``n_heads`` are masked (no memory touched).
     """
     # int64: head · head-stride passes 2^31 for [batch, heads, seq, dim] tensors at long contexts.
     o_h = (i_hb * BLOCK_H + tl.arange(0, BLOCK_H)).to(tl.int64)
-    m_h = o_h < n_heads
+    m_h = (o_h < n_heads)[:, None]
     p_xh = p_x + i_b * s_xb + i_s * s_xs + o_h[:, None] * s_xh
     p_yh = p_y + i_b * s_yb + i_s * s_ys + o_h[:, None] * s_yh
-    m = m_h[:, None] & m_r[None, :]
-    # Both members loaded before any math so the two streams overlap.
-    b_xa = tl.load(p_xh + o_a[None, :] * s_xd, mask=m, other=0).to(tl.float32)
-    b_xb = tl.load(p_xh + o_b[None, :] * s_xd, mask=m, other=0).to(tl.float32)
-    b_ya = b_xa * b_ca[None, :] - b_xb * b_sa[None, :]
-    b_yb = b_xb * b_cb[None, :] + b_xa * b_sb[None, :]
-    tl.store(p_yh + o_a[None, :] * s_yd, b_ya.to(p_y.dtype.element_ty), mask=m)
-    tl.store(p_yh + o_b[None, :] * s_yd, b_yb.to(p_y.dtype.element_ty), mask=m)
-    if BLOCK_P > 0:  # partial rotary: features [rot_dim, head_dim) pass through unchanged
-        o_p = rot_dim + tl.arange(0, BLOCK_P)
-        m_p = m_h[:, None] & (o_p < head_dim)[None, :]
+    b_xa, b_xb = _load_pairs(p_xh, s_xd, half, m_h, BLOCK_H, BLOCK_R, GPTJ)
+    b_ya = b_xa * b_ca - b_xb * b_sa
+    b_yb = b_xb * b_cb + b_xa * b_sb
+    _store_pairs(p_yh, s_yd, half, m_h, b_ya, b_yb, BLOCK_H, BLOCK_R, GPTJ)
+    if BLOCK_P > 0:  # partial rotary: features [2·half, head_dim) pass through unchanged
+        o_p = 2 * half + tl.arange(0, BLOCK_P)
+        m_p = m_h & (o_p < head_dim)[None, :]
         b_p = tl.load(p_xh + o_p[None, :] * s_xd, mask=m_p, other=0)
         tl.store(p_yh + o_p[None, :] * s_yd, b_p.to(p_y.dtype.element_ty), mask=m_p)
 
@@ -85,45 +119,36 @@ def _rotary_embedding_kernel(
     i_b = i_t // seq
     i_s = i_t % seq
 
-    o_r = tl.arange(0, BLOCK_R)
-    m_r = o_r < half
-    if GPTJ:
-        o_a = 2 * o_r
-        o_b = o_a + 1
-    else:
-        o_a = o_r
-        o_b = o_r + half
-    p_c = p_cos + i_b * s_cb + i_s * s_cs
-    p_s = p_sin + i_b * s_sb + i_s * s_ss
-    b_ca = tl.load(p_c + o_a * s_cd, mask=m_r, other=0).to(tl.float32)
-    b_cb = tl.load(p_c + o_b * s_cd, mask=m_r, other=0).to(tl.float32)
-    b_sa = tl.load(p_s + o_a * s_sd, mask=m_r, other=0).to(tl.float32)
-    b_sb = tl.load(p_s + o_b * s_sd, mask=m_r, other=0).to(tl.float32)
+    # The tables as one [1, 2·half] row each, read by the same pairing as q and k.
+    m_one = tl.full((1, 1), 1, tl.int1)
+    b_ca, b_cb = _load_pairs(p_cos + i_b * s_cb + i_s * s_cs + tl.zeros((1, 1), tl.int64), s_cd, half, m_one,
+                             1, BLOCK_R, GPTJ)
+    b_sa, b_sb = _load_pairs(p_sin + i_b * s_sb + i_s * s_ss + tl.zeros((1, 1), tl.int64), s_sd, half, m_one,
+                             1, BLOCK_R, GPTJ)
     if TRANSPOSE:  # the backward: [[c_a, −s_a], [s_b, c_b]]ᵀ = [[c_a, s_b], [−s_a, c_b]]
         b_sa, b_sb = -b_sb, -b_sa
 
-    rot_dim = 2 * half
-    _rotate_heads(p_q, p_qo, i_b, i_s, i_hb, n_qh, rot_dim, head_dim,
+    _rotate_heads(p_q, p_qo, i_b, i_s, i_hb, n_qh, half, head_dim,
                   s_qb, s_qs, s_qh, s_qd, s_qob, s_qos, s_qoh, s_qod,
-                  o_a, o_b, m_r, b_ca, b_cb, b_sa, b_sb, BLOCK_H, BLOCK_P)
-    _rotate_heads(p_k, p_ko, i_b, i_s, i_hb, n_kh, rot_dim, head_dim,
+                  b_ca, b_cb, b_sa, b_sb, GPTJ, BLOCK_H, BLOCK_R, BLOCK_P)
+    _rotate_heads(p_k, p_ko, i_b, i_s, i_hb, n_kh, half, head_dim,
                   s_kb, s_ks, s_kh, s_kd, s_kob, s_kos, s_koh, s_kod,
-                  o_a, o_b, m_r, b_ca, b_cb, b_sa, b_sb, BLOCK_H, BLOCK_P)
+                  b_ca, b_cb, b_sa, b_sb, GPTJ, BLOCK_H, BLOCK_R, BLOCK_P)
 
 
 # ------------------------------------------------------------------------------------------- launchers
 
 @cached_plan
-def _plan(n_heads: int, head_dim: int, rot_dim: int, gptj: bool) -> tuple[int, int, int, int]:
+def _plan(n_heads: int, head_dim: int, rot_dim: int) -> tuple[int, int, int, int]:
     """``(BLOCK_H, BLOCK_R, BLOCK_P, num_warps)``.
 
-    A program holds ``BLOCK_H`` whole heads of q and of k: 4096 features each for NeoX, 2048 for GPT-J, one
-    warp per 512 features. An H100 sweep (tiles 1024–8192, 2–16 warps, bf16 bench cases; docs/notes/
-    rotary.md) put NeoX at 4096 features 3–4% ahead of 2048 (Llama-3 8B/70B), and GPT-J's stride-2 pair
-    loads at half speed past 2048. Under the interpreter the tile is 256 features, so that small test
-    shapes already take several head blocks.
+    A program holds ``BLOCK_H`` whole heads of q and of k: 4096 features each, one warp per 512 (at most
+    8). An H100 sweep (docs/notes/rotary.md: tiles 512–8192, 1–16 warps, the bf16 bench cases) put 4096/8
+    warps 2–4% ahead of 2048/4 on Llama-3 8B/70B and GPT-J, within 3% of the best on Qwen3-Next's partial
+    rotary (GPT-J's pairs are loaded contiguously: as two stride-2 loads, 4096 ran at half speed). Under
+    the interpreter the tile is 256 features, so that small test shapes already take several head blocks.
     """
-    tile = 256 if interpreter_active() else 2048 if gptj else 4096
+    tile = 256 if interpreter_active() else 4096
     block_h = max(1, min(next_pow2(n_heads), tile // next_pow2(head_dim)))
     block_p = next_pow2(head_dim - rot_dim) if head_dim > rot_dim else 0
     warps = 1 if interpreter_active() else max(1, min(8, block_h * next_pow2(head_dim) // 512))
@@ -168,7 +193,7 @@ def _rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     batch, seq, head_dim = q.shape[0], q.shape[3 - heads_dim], q.shape[3]
     n_qh, n_kh = q.shape[heads_dim], k.shape[heads_dim]
     rot_dim = cos.shape[-1]
-    block_h, block_r, block_p, warps = _plan(max(n_qh, n_kh), head_dim, rot_dim, layout == "gptj")
+    block_h, block_r, block_p, warps = _plan(max(n_qh, n_kh), head_dim, rot_dim)
     grid = (batch * seq, cdiv(max(n_qh, n_kh), block_h))
     launch(_rotary_embedding_kernel, grid, q, k, cos, sin, q_out, k_out,
            seq, n_qh, n_kh, rot_dim // 2, head_dim,
