@@ -469,6 +469,26 @@ def test_gpu_fp8_matches_reference(scaling, mnk):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["row", "block"])
+@pytest.mark.parametrize("m", [16, 300], ids=["decode", "tma"])
+def test_gpu_fp8_strided_scales_and_bias_equal_contiguous(scaling, m):
+    """Scale vectors / blocks and the bias as strided views (every other element of a wider buffer, a
+    transposed block table) give the bits of their contiguous copies: the kernels take their strides."""
+    torch.manual_seed(21)
+    n, k = 256, 384
+    a, b = _fp8(m, k), _fp8(n, k).t()
+    if scaling == "row":
+        sa = (torch.rand(m, 2, device=DEVICE) + 0.5)[:, :1]        # [M, 1], row stride 2
+        sb = (torch.rand(2 * n, device=DEVICE) + 0.5)[::2]          # [N], stride 2
+    else:
+        sa = (torch.rand(3, m, device=DEVICE) + 0.5).t()            # [M, 3] column-major
+        sb = (torch.rand(2, 3, 2, device=DEVICE) + 0.5)[:, :, 0]    # [2, 3], strides (6, 2)
+    bias = torch.randn(3 * n, device=DEVICE).to(BF16)[::3]
+    out = fp8_matmul(a, b, sa, sb, bias=bias)
+    assert torch.equal(out, fp8_matmul(a, b, sa.contiguous(), sb.contiguous(), bias=bias.contiguous()))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("mnk", [(64, 4096, 8192), (2048, 2048, 8192), (16, 4096, 14336)])
 def test_gpu_fp8_fast_accum_within_tolerance(scaling, mnk):
