@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from kernelworks.runtime.device import planning_active
+
 VALIDATE_ENV = "KERNELWORKS_VALIDATE"
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
 
@@ -30,8 +32,9 @@ _validate: bool | None = None
 
 def validation_enabled() -> bool:
     """True when index values are checked on the host (:func:`set_validation`, :func:`validation` or
-    ``KERNELWORKS_VALIDATE=1``). Never under ``torch.compile`` tracing: the values are not known there."""
-    if torch.compiler.is_compiling():
+    ``KERNELWORKS_VALIDATE=1``). Never under ``torch.compile`` tracing, nor while launches are only planned
+    (``kw inspect``'s stand-in tensors hold no real indices): the values are not known there."""
+    if torch.compiler.is_compiling() or planning_active():
         return False
     if _validate is not None:
         return _validate

@@ -33,7 +33,7 @@ import triton.language as tl
 from kernelworks.ops.gemm.api import check_operand, refuse_autograd
 from kernelworks.ops.gemm.forward import _FORCED_PLAN, Plan, _precision
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, planning_active, sm_count
+from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.indices import check_index_tensor, check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
@@ -318,8 +318,6 @@ def _groups(group_sizes: object, offsets: object, n_experts: int, a: torch.Tenso
     want = n_experts + is_offsets
     if tuple(t.shape) != (want,):
         raise ValueError(f"{name}: expected shape ({want},) for b's {n_experts} experts, got {tuple(t.shape)}")
-    if planning_active():  # kw inspect's stand-in inputs (uninitialised) hold no values to check
-        return t, is_offsets
     if is_offsets:
         check_offsets(name, t, total, start_at_zero=False)
     else:
