@@ -18,14 +18,19 @@ from kernelworks.ops.attention.backward import attention_bwd
 from kernelworks.ops.attention.decode import decode_fwd
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM, attention_fwd
 from kernelworks.ops.attention.reference import window_bounds
+from kernelworks.runtime.indices import (
+    check_index_tensor,
+    check_index_values,
+    check_offsets,
+    validation,
+    validation_enabled,
+)
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
-    check_dtype,
     check_float_tensor,
     check_real,
     check_same_device,
     check_same_dtype,
-    check_tensor,
 )
 
 LAYOUTS = ("bshd", "bhsd")
@@ -157,9 +162,8 @@ def _check_heads(hq: int, hkv: int) -> None:
 
 
 def _check_cu(name: str, cu: object, q: torch.Tensor) -> torch.Tensor:
-    check_tensor(name, cu, min_dim=1, max_dim=1)
-    check_dtype(name, cu, (torch.int32,))
-    check_same_device(("q", name), (q, cu))
+    # any strides (the kernels take them); int32 only: the kernels' offset arithmetic
+    check_index_tensor(name, cu, ndim=1, like=q, dtypes=(torch.int32,))
     if cu.shape[0] < 2:
         raise ValueError(f"{name}: expected [batch + 1] >= 2 offsets, got shape {tuple(cu.shape)}")
     return cu
@@ -168,8 +172,44 @@ def _check_cu(name: str, cu: object, q: torch.Tensor) -> torch.Tensor:
 def _max_seqlen(name: str, value: object, cu: torch.Tensor) -> int:
     if value is None:
         # a host sync (and a graph break under torch.compile): pass max_seqlen_* to avoid it
-        return int((cu[1:] - cu[:-1]).max().item())
+        return max(0, int((cu[1:] - cu[:-1]).max().item()))
     return _check_int(name, value, 0)
+
+
+def _host_checks(t: torch.Tensor) -> bool:
+    """Index values are checked on the host now: validation mode is on (:mod:`kernelworks.runtime.indices`)
+    and no CUDA graph is being captured (the check's sync would break the capture)."""
+    return validation_enabled() and not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
+def _check_varlen_values(q: torch.Tensor, k: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
+                         max_q: int | None, max_k: int | None) -> None:
+    """Validation mode: each ``cu_seqlens`` non-decreasing from 0 up to at most its packed length, each
+    given ``max_seqlen`` at least its longest sequence (one host sync). The kernels stay in bounds without
+    this; it turns a bad table into a ``ValueError`` instead of an answer for the clamped table."""
+    if not _host_checks(q):
+        return
+    check_offsets("cu_seqlens_q", cu_q, q.shape[0])
+    check_offsets("cu_seqlens_k", cu_k, k.shape[0])
+    for name, cu, given in (("max_seqlen_q", cu_q, max_q), ("max_seqlen_k", cu_k, max_k)):
+        if given is None:
+            continue  # computed from cu_seqlens: exact
+        lens = cu[1:] - cu[:-1]
+        longest = int(lens.max())
+        if longest > given:
+            raise ValueError(f"{name}: expected at least the longest sequence, {longest} (sequence "
+                             f"{int(lens.argmax())}), got {given}")
+
+
+def _check_decode_values(k_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor) -> None:
+    """Validation mode: context lengths within the block table (``max_pages × page_size``), the pages they
+    use within the pool (one host sync)."""
+    if not _host_checks(k_cache):
+        return
+    num_pages, page = k_cache.shape[0], k_cache.shape[1]
+    check_index_values("context_lens", context_lens, 0, block_table.shape[1] * page + 1)
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] * page < context_lens[:, None]
+    check_index_values("block_table", block_table, 0, num_pages, mask=used)
 
 
 # ------------------------------------------------------------------------------------------- public API
@@ -258,6 +298,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
                              f"got {tuple(cu_seqlens_k.shape)}")
         max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, cu_seqlens_q)
         max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, cu_seqlens_k)
+        _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     else:
         max_q, max_k = q.shape[1], k.shape[1]
     batch = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
@@ -272,7 +313,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      context_lens: torch.Tensor, *, softmax_scale: float | None = None,
-                     softcap: float | None = None, check_indices: bool = True) -> torch.Tensor:
+                     softcap: float | None = None, check_indices: bool | None = None) -> torch.Tensor:
     """Attention of one (or a few) new query tokens per sequence over a paged KV cache (forward only);
     split-KV ("flash decoding") with the query heads of one KV head packed into one tile, so every KV byte
     is read once. Works under ``torch.compile(fullgraph=True)`` and CUDA graphs (fixed maximum sizes).
@@ -283,13 +324,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             themselves. float16, bfloat16 or float32; head_dim ≤ 256.
         k_cache, v_cache: ``[num_pages, page_size, heads_kv, head_dim]``, q's dtype; any page size ≥ 1
             (16…256 typical); ``heads_kv`` divides ``heads_q``.
-        block_table: int32 ``[batch, max_pages]``: the pages of each sequence, in order, anywhere in the
-            pool; entries past a sequence's last page are not read.
-        context_lens: int32 ``[batch]``: tokens in the cache per sequence (the new ones included);
-            0 gives a zero output.
+        block_table: int32 ``[batch, max_pages]``, any strides: the pages of each sequence, in order,
+            anywhere in the pool; entries past a sequence's last page are not read.
+        context_lens: int32 ``[batch]``, any stride: tokens in the cache per sequence (the new ones
+            included); 0 gives a zero output.
         softmax_scale: default ``1/√head_dim``. softcap: as in :func:`flash_attention`.
-        check_indices: check ``block_table``/``context_lens`` values against the pool (one host sync;
-            skipped while tracing or capturing a CUDA graph). Out-of-range indices read out of bounds.
+        check_indices: ``None`` (default): check ``block_table``/``context_lens`` values on the host in
+            validation mode only (:func:`kernelworks.validation`, ``KERNELWORKS_VALIDATE=1``); ``True``:
+            check on this call regardless; ``False``: never on this call. A check costs one host sync and
+            raises ``ValueError`` naming the argument and the first bad value; it is skipped while tracing
+            or capturing a CUDA graph. Unchecked, bad values stay in bounds: context lengths are clamped to
+            ``[0, max_pages × page_size]`` and keys on pages outside ``[0, num_pages)`` are skipped.
 
     Returns:
         ``o`` shaped like ``q``.
@@ -313,32 +358,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if hq % hkv:
         raise ValueError(f"k_cache: the number of KV heads ({hkv}) must divide the number of query heads ({hq})")
     for name, t, rank in (("block_table", block_table, 2), ("context_lens", context_lens, 1)):
-        check_tensor(name, t, min_dim=rank, max_dim=rank)
-        check_dtype(name, t, (torch.int32,))
-        check_same_device(("q", name), (q, t))
+        check_index_tensor(name, t, ndim=rank, like=q, dtypes=(torch.int32,))  # any strides: kernel arguments
         if t.shape[0] != batch:
             raise ValueError(f"{name}: expected {batch} rows (q's batch), got shape {tuple(t.shape)}")
     scale = _scale(softmax_scale, d)
     cap = _softcap(softcap)
-    capturing = q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    if check_indices and not torch.compiler.is_compiling() and not capturing:
-        _check_index_values(k_cache, block_table, context_lens)
+    if check_indices is not None and not isinstance(check_indices, bool):
+        raise TypeError(f"check_indices: expected None or a bool, got {type(check_indices).__name__}")
+    if check_indices is None:
+        _check_decode_values(k_cache, block_table, context_lens)
+    elif check_indices:
+        with validation():
+            _check_decode_values(k_cache, block_table, context_lens)
     return _decode_op(q, k_cache, v_cache, block_table, context_lens, scale, cap)
-
-
-def _check_index_values(k_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor) -> None:
-    """Context lengths within the block table, and the pages they use within the pool (one host sync)."""
-    num_pages, page = k_cache.shape[0], k_cache.shape[1]
-    lens = context_lens.to(torch.int64)
-    cap = block_table.shape[1] * page
-    bad_len = (lens < 0) | (lens > cap)
-    used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page < lens[:, None]
-    tbl = block_table.to(torch.int64)
-    bad_page = used & ((tbl < 0) | (tbl >= num_pages))
-    flags = torch.stack([bad_len.any(), bad_page.any()]).tolist()
-    if flags[0]:
-        raise ValueError(f"context_lens: expected values in [0, {cap}] (max_pages {block_table.shape[1]} × "
-                         f"page_size {page}), got {context_lens.tolist()}")
-    if flags[1]:
-        raise ValueError(f"block_table: page indices of used pages must lie in [0, {num_pages}) (k_cache's "
-                         f"num_pages)")

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from kernelworks.ops._math import LOG2E
 from kernelworks.ops.attention.forward import (
+    ZERO_BLOCK_B,
     band,
     band_mask,
     dot_precision,
@@ -38,9 +39,10 @@ from kernelworks.ops.attention.forward import (
     seq_bounds,
     tile_mask,
     tile_mask_t,
+    zero_uncovered,
 )
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import gpu_capability, interpreter_active
+from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 
@@ -53,33 +55,48 @@ def _load_lse2(p_l, o_m, m_m):
 
 
 @triton.jit
-def _attn_bwd_delta_kernel(p_o, p_do, p_dlse, p_delta, p_cuq, stride_ob, stride_os, stride_oh,
-                           stride_dob, stride_dos, stride_doh, stride_lb, stride_lh, seqlen_q, n_heads,
-                           head_dim, IS_VARLEN: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
-    """``Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] − dlse[b, h, i]`` in fp32; o, do ``[B, Sq, Hq, D]``
-    (varlen ``[Tq, Hq, D]``), dlse, Δ laid out like lse. Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``."""
-    i_m = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // n_heads
-    i_h = i_bh % n_heads
-    len_q, o_off, row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_ob, stride_os, IS_VARLEN)
-    if i_m * BLOCK_M >= len_q:
-        return
-    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+def _delta_block(p_oh, p_doh, p_dlh, p_dh, stride_os, stride_dos, m0, len_q, head_dim, HAS_DLSE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """Δ of query rows ``[m0, m0 + BLOCK_M)`` of one (sequence, head); pointers at its first row."""
+    o_m = m0 + tl.arange(0, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     m_m = o_m < len_q
     m_t = tile_mask(m_m, o_d < head_dim, EVEN_D)
     o_m64 = o_m[:, None].to(tl.int64)
-    b_o = tl.load(p_o + o_off + i_h.to(tl.int64) * stride_oh + o_m64 * stride_os + o_d[None, :], mask=m_t, other=0.0)
-    b_do = tl.load(p_do + do_off + i_h.to(tl.int64) * stride_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t,
-                   other=0.0)
+    b_o = tl.load(p_oh + o_m64 * stride_os + o_d[None, :], mask=m_t, other=0.0)
+    b_do = tl.load(p_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t, other=0.0)
     b_delta = tl.sum(b_o.to(tl.float32) * b_do.to(tl.float32), axis=1)
-    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + row0 + o_m
     if HAS_DLSE:
-        b_delta -= tl.load(p_dlse + o_l, mask=m_m, other=0.0)
-    tl.store(p_delta + o_l, b_delta, mask=m_m)
+        b_delta -= tl.load(p_dlh + o_m, mask=m_m, other=0.0)
+    tl.store(p_dh + o_m, b_delta, mask=m_m)
+
+
+@triton.jit
+def _attn_bwd_delta_kernel(p_o, p_do, p_dlse, p_delta, p_cuq, stride_ob, stride_os, stride_oh,
+                           stride_dob, stride_dos, stride_doh, stride_lb, stride_lh, stride_cuq, total_q, seqlen_q,
+                           n_heads, head_dim, IS_VARLEN: tl.constexpr, HAS_DLSE: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """``Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] − dlse[b, h, i]`` in fp32; o, do ``[B, Sq, Hq, D]``
+    (varlen ``[Tq, Hq, D]``), dlse, Δ laid out like lse. Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``
+    (varlen: programs loop over the blocks past the grid, as in the forward)."""
+    i_p = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    len_q, o_off, row0 = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_ob, stride_os, IS_VARLEN)
+    _, do_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    p_oh = p_o + o_off + i_h.to(tl.int64) * stride_oh
+    p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + row0
+    if i_p * BLOCK_M >= len_q:  # varlen: a sequence shorter than the grid
+        return
+    if IS_VARLEN:
+        for i_m in range(i_p, tl.cdiv(len_q, BLOCK_M), tl.num_programs(0)):
+            _delta_block(p_oh, p_doh, p_dlse + o_l, p_delta + o_l, stride_os, stride_dos, i_m * BLOCK_M, len_q,
+                         head_dim, HAS_DLSE, BLOCK_M, BLOCK_D, EVEN_D)
+    else:
+        _delta_block(p_oh, p_doh, p_dlse + o_l, p_delta + o_l, stride_os, stride_dos, i_p * BLOCK_M, len_q,
+                     head_dim, HAS_DLSE, BLOCK_M, BLOCK_D, EVEN_D)
 
 
 @triton.jit
@@ -118,37 +135,16 @@ def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, stride_qs, stride
 
 
 @triton.jit
-def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq, p_cuk,
-                          stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                          stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
-                          stride_dkb, stride_dks, stride_dkh, stride_lb, stride_lh,
-                          seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
-                          left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
-                          HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-                          DOT_PREC: tl.constexpr):
-    """Query head h's share of the KV gradients: ``dV_h[b, j] = Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK_h[b, j] =
-    scale · Σ_i dS'[b,h,i,j] Q[b,i,h]`` for KV head ``h // group``. Shapes as the forward's; dk, dv ``[B,
-    Sk, Hq, D]`` (the fp32 shares, summed over each group by the launcher; with group 1 they are the
-    gradients, in k's dtype), both with dk's strides. Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hq)``.
-
-    One query head per program rather than a loop over the group inside: that loop around the band loops
-    spilled at 64-row query steps on sm_90 and forced 16-row steps, 0.82× SDPA-flash on GQA 4:1."""
-    i_n = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // n_heads
-    i_h = i_bh % n_heads
-    i_hk = i_h // group
-    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
-    n0 = i_n * BLOCK_N
-    if n0 >= len_k:
-        return
-    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
-    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
-    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
-    _, dk_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_dkb, stride_dks, IS_VARLEN)
+def _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h, i_hk,
+                stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                stride_dks, stride_dkh, n0, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2, left, right,
+                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """dK/dV shares of keys ``[n0, n0 + BLOCK_N)`` of one (sequence, query head ``i_h``): ``*_off`` locate
+    the sequence's first row in each tensor, ``o_l`` in lse and Δ. The head pointers are formed here, in
+    this order, on purpose: formed by the caller and held across the loops, they doubled the sm_90 spill
+    of this 255-register kernel."""
     off = len_k - len_q
-
     o_n = n0 + tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
     m_d = o_d < head_dim
@@ -164,7 +160,6 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
     lo, a, b, hi = band(n0, BLOCK_N, BLOCK_M, -off, len_q, right, left, HAS_RIGHT, HAS_LEFT, False)
     p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
     p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
-    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
     p_lh = p_lse + o_l
     p_dh = p_delta + o_l
     b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
@@ -179,6 +174,57 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
     o_out = dk_off + i_h.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
     tl.store(p_dk + o_out, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
     tl.store(p_dv + o_out, b_dv.to(p_dv.dtype.element_ty), mask=m_t)
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq, p_cuk,
+                          stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                          stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                          stride_dkb, stride_dks, stride_dkh, stride_lb, stride_lh,
+                          stride_cuq, stride_cuk, total_q, total_k,
+                          seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
+                          left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
+                          HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+                          DOT_PREC: tl.constexpr):
+    """Query head h's share of the KV gradients: ``dV_h[b, j] = Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK_h[b, j] =
+    scale · Σ_i dS'[b,h,i,j] Q[b,i,h]`` for KV head ``h // group``. Shapes as the forward's; dk, dv ``[B,
+    Sk, Hq, D]`` (the fp32 shares, summed over each group by the launcher; with group 1 they are the
+    gradients, in k's dtype), both with dk's strides. Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hq)``
+    (varlen: programs loop over the blocks past the grid; key rows no sequence covers get zero dk, dv).
+
+    One query head per program rather than a loop over the group inside: that loop around the band loops
+    spilled at 64-row query steps on sm_90 and forced 16-row steps, 0.82× SDPA-flash on GQA 4:1."""
+    i_p = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    if IS_VARLEN:
+        zero_uncovered(p_cuk, stride_cuk, tl.num_programs(1) // n_heads, total_k, p_dk, p_dv, stride_dks, stride_dkh,
+                       n_heads, head_dim, p_lse, stride_lh, True, False, BLOCK_N, BLOCK_D, EVEN_D, ZERO_BLOCK_B)
+    # a sequence shorter than the grid (varlen); the dense grid never gets here, yet the dense kernel spills
+    # twice as much on sm_90 without this return here (16 B against 8)
+    if i_p * BLOCK_N >= len_k:
+        return
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    _, v_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, do_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    _, dk_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_dkb, stride_dks, IS_VARLEN)
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    if IS_VARLEN:
+        for i_n in range(i_p, tl.cdiv(len_k, BLOCK_N), tl.num_programs(0)):
+            _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
+                        i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                        stride_dks, stride_dkh, i_n * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale,
+                        softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                        DOT_PREC)
+    else:
+        _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
+                    i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                    stride_dks, stride_dkh, i_p * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2,
+                    left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC)
 
 
 @triton.jit
@@ -209,45 +255,23 @@ def _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_k, p_v, stride_ks, stride_vs, 
 
 
 @triton.jit
-def _attn_bwd_dq_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dq, p_cuq, p_cuk,
-                        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                        stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
-                        stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh,
-                        seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
-                        left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                        SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
-    """``dQ[b, i, h] = scale · Σ_j dS'[b,h,i,j] K[b, j, h // group]``; dq ``[B, Sq, Hq, D]``. Grid
-    ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``, blocks last-first (the longest causal rows first)."""
-    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // n_heads
-    i_h = i_bh % n_heads
-    i_hk = i_h // group
-    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
-    m0 = i_m * BLOCK_M
-    if m0 >= len_q:
-        return
-    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
-    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
-    _, do_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
-    _, dq_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_dqb, stride_dqs, IS_VARLEN)
+def _dq_block(p_qh, p_kh, p_vh, p_doh, p_lh, p_dh, p_dqh, stride_qs, stride_ks, stride_vs, stride_dos, stride_dqs,
+              m0, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2, left, right, HAS_LEFT: tl.constexpr,
+              HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """dQ of query rows ``[m0, m0 + BLOCK_M)`` of one (sequence, query head); pointers at the sequence's
+    first row."""
     off = len_k - len_q
-
     o_m = m0 + tl.arange(0, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     m_m = o_m < len_q
     m_d = o_d < head_dim
     m_t = tile_mask(m_m, m_d, EVEN_D)
     o_m64 = o_m[:, None].to(tl.int64)
-    b_q = tl.load(p_q + q_off + i_h.to(tl.int64) * stride_qh + o_m64 * stride_qs + o_d[None, :], mask=m_t, other=0.0)
-    b_do = tl.load(p_do + do_off + i_h.to(tl.int64) * stride_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t,
-                   other=0.0)
-    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
-    b_lse2 = _load_lse2(p_lse + o_l, o_m, m_m)
-    b_delta = tl.load(p_delta + o_l + o_m, mask=m_m, other=0.0)
-    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
-    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
+    b_q = tl.load(p_qh + o_m64 * stride_qs + o_d[None, :], mask=m_t, other=0.0)
+    b_do = tl.load(p_doh + o_m64 * stride_dos + o_d[None, :], mask=m_t, other=0.0)
+    b_lse2 = _load_lse2(p_lh, o_m, m_m)
+    b_delta = tl.load(p_dh + o_m, mask=m_m, other=0.0)
     b_dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, a, b, hi = band(m0, BLOCK_M, BLOCK_N, off, len_k, left, right, HAS_LEFT, HAS_RIGHT, True)
     b_dq = _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d, lo, a,
@@ -259,8 +283,55 @@ def _attn_bwd_dq_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dq, p_cuq, p_cuk,
     b_dq = _dq_inner(b_dq, b_q, b_do, b_lse2, b_delta, p_kh, p_vh, stride_ks, stride_vs, o_m, o_d, m_d, b, hi,
                      len_k, off, left, right, qk_scale, softcap_log2, True, HAS_LEFT, HAS_RIGHT, SOFTCAP,
                      EVEN_D, BLOCK_N, DOT_PREC)
-    tl.store(p_dq + dq_off + i_h.to(tl.int64) * stride_dqh + o_m64 * stride_dqs + o_d[None, :],
-             (b_dq * sm_scale).to(p_dq.dtype.element_ty), mask=m_t)
+    tl.store(p_dqh + o_m64 * stride_dqs + o_d[None, :], (b_dq * sm_scale).to(p_dqh.dtype.element_ty), mask=m_t)
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dq, p_cuq, p_cuk,
+                        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                        stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                        stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh,
+                        stride_cuq, stride_cuk, total_q, total_k,
+                        seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
+                        left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                        SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``dQ[b, i, h] = scale · Σ_j dS'[b,h,i,j] K[b, j, h // group]``; dq ``[B, Sq, Hq, D]``. Grid
+    ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``, blocks last-first (the longest causal rows first); varlen:
+    programs loop over the blocks past the grid, and query rows no sequence covers get zero dq."""
+    i_p = tl.program_id(0)
+    n_m = tl.num_programs(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    _, v_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, do_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
+    _, dq_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dqb, stride_dqs, IS_VARLEN)
+    p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
+    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
+    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
+    p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
+    p_dqh = p_dq + dq_off + i_h.to(tl.int64) * stride_dqh
+    o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    if IS_VARLEN:
+        zero_uncovered(p_cuq, stride_cuq, tl.num_programs(1) // n_heads, total_q, p_dq, p_dq, stride_dqs, stride_dqh,
+                       n_heads, head_dim, p_lse, stride_lh, False, False, BLOCK_M, BLOCK_D, EVEN_D, ZERO_BLOCK_B)
+    if (n_m - 1 - i_p) * BLOCK_M >= len_q:  # varlen: a sequence shorter than the grid
+        return
+    if IS_VARLEN:
+        for i_m in range(n_m - 1 - i_p, tl.cdiv(len_q, BLOCK_M), n_m):
+            _dq_block(p_qh, p_kh, p_vh, p_doh, p_lse + o_l, p_delta + o_l, p_dqh, stride_qs, stride_ks, stride_vs,
+                      stride_dos, stride_dqs, i_m * BLOCK_M, len_q, len_k, head_dim, sm_scale, qk_scale,
+                      softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                      DOT_PREC)
+    else:
+        _dq_block(p_qh, p_kh, p_vh, p_doh, p_lse + o_l, p_delta + o_l, p_dqh, stride_qs, stride_ks, stride_vs,
+                  stride_dos, stride_dqs, (n_m - 1 - i_p) * BLOCK_M, len_q, len_k, head_dim, sm_scale, qk_scale,
+                  softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                  DOT_PREC)
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -314,26 +385,31 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
                   cu_k: torch.Tensor | None, max_q: int, max_k: int, scale: float, left: int, right: int,
                   softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` for the forward of :func:`~kernelworks.ops.attention.forward.attention_fwd` (same
-    arguments); ``do`` like ``o`` (unit stride on D, any others), ``dlse`` like ``lse`` or None."""
+    arguments); ``do`` like ``o`` (unit stride on D, any others), ``dlse`` like ``lse`` or None. Gradients
+    in q's, k's and v's dtypes."""
     varlen = cu_q is not None
+    q_dtype, kv_dtype = q.dtype, k.dtype
+    do, q, k, v = (interpreter_dot_operand(t) for t in (do, q, k, v))
     if varlen:
         batch, hq, d, hkv = cu_q.shape[0] - 1, q.shape[1], q.shape[2], k.shape[1]
         sq, sk = max_q, max_k
         ls = (0, lse.stride(0))
+        cus = (cu_q.stride(0), cu_k.stride(0), q.shape[0], k.shape[0])
     else:
         batch, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
         ls = (lse.stride(0), lse.stride(1))
+        cus = (1, 1, 1, 1)  # unused; Triton folds 1s into constants: the dense kernels keep their signature
     if dlse is not None:
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
     plan = bwd_plan(d, q.dtype == torch.float32, gpu_capability())
     group = hq // hkv
-    dq = empty(q.shape, dtype=q.dtype, device=q.device)
+    dq = empty(q.shape, dtype=q_dtype, device=q.device)
     # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),
     # summed over the group below
     kv_shape = (*k.shape[:-2], hq, k.shape[-1])
-    dk = empty(kv_shape if group > 1 else k.shape, dtype=torch.float32 if group > 1 else k.dtype, device=k.device)
-    dv = empty(kv_shape if group > 1 else v.shape, dtype=torch.float32 if group > 1 else v.dtype, device=v.device)
+    dk = empty(kv_shape if group > 1 else k.shape, dtype=torch.float32 if group > 1 else kv_dtype, device=k.device)
+    dv = empty(kv_shape if group > 1 else v.shape, dtype=torch.float32 if group > 1 else kv_dtype, device=v.device)
     delta = empty(lse.shape, dtype=torch.float32, device=q.device)
     if softcap > 0:
         qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
@@ -345,19 +421,23 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
     os_, dos, dqs, dks = _strides4(o, varlen), _strides4(do, varlen), _strides4(dq, varlen), _strides4(dk, varlen)
     common = {"IS_VARLEN": varlen, "HAS_LEFT": left >= 0, "HAS_RIGHT": right >= 0, "SOFTCAP": softcap > 0,
               "BLOCK_D": plan.BLOCK_D, "EVEN_D": d == plan.BLOCK_D, "DOT_PREC": dot_precision(q.dtype)}
-    if sq == 0 or sk == 0:
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    launch(_attn_bwd_delta_kernel, (cdiv(sq, 64 if plan.Q_M >= 64 else 16), batch * hq), o, do,
-           dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, sq, hq, d,
+    if not varlen and (sq == 0 or sk == 0):
+        return torch.zeros_like(dq), torch.zeros_like(k, dtype=kv_dtype), torch.zeros_like(v, dtype=kv_dtype)
+    # varlen: max_seqlen_* size the grids only; at least one block per sequence, programs loop over the rest
+    n_q, n_k = int(varlen), int(varlen)
+    delta_m = 64 if plan.Q_M >= 64 else 16
+    launch(_attn_bwd_delta_kernel, (max(cdiv(sq, delta_m), n_q), batch * hq), o, do,
+           dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, cus[0], cus[2], sq, hq, d,
            num_warps=4 if plan.q_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
-           BLOCK_M=64 if plan.Q_M >= 64 else 16, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
-    launch(_attn_bwd_dkdv_kernel, (cdiv(sk, plan.KV_N), batch * hq), q, k, v, do, lse, delta, dk, dv, cuq, cuk,
-           *qs, *ks, *vs, *dos, *dks, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
-           num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N, **common)
-    launch(_attn_bwd_dq_kernel, (cdiv(sq, plan.Q_M), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
-           *qs, *ks, *vs, *dos, *dqs, *ls, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
+           BLOCK_M=delta_m, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
+    launch(_attn_bwd_dkdv_kernel, (max(cdiv(sk, plan.KV_N), n_k), batch * hq), q, k, v, do, lse, delta, dk, dv,
+           cuq, cuk, *qs, *ks, *vs, *dos, *dks, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2,
+           left, right, num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N,
+           **common)
+    launch(_attn_bwd_dq_kernel, (max(cdiv(sq, plan.Q_M), n_q), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
+           *qs, *ks, *vs, *dos, *dqs, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
            num_warps=plan.q_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
     if group > 1:  # the group's shares in a fixed order (a deterministic reduction, then one rounding)
-        dk = dk.unflatten(-2, (hkv, group)).sum(-2).to(k.dtype)
-        dv = dv.unflatten(-2, (hkv, group)).sum(-2).to(v.dtype)
+        dk = dk.unflatten(-2, (hkv, group)).sum(-2).to(kv_dtype)
+        dv = dv.unflatten(-2, (hkv, group)).sum(-2).to(kv_dtype)
     return dq, dk, dv

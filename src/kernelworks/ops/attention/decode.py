@@ -38,7 +38,7 @@ import triton.language as tl
 
 from kernelworks.ops.attention.forward import dot_precision, scores, tile_mask, tile_mask_t
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active, sm_count
+from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 MIN_SPLIT_TOKENS = 256
@@ -63,24 +63,35 @@ model's ``slots``. Unknown keys count 1."""
 
 
 @triton.jit
-def _block_pages(p_btb, n, n_table, o_nb, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Page indices for keys ``[n, n + BLOCK_N)``: a scalar when a block lies in one page (``PAGE %
-    BLOCK_N == 0`` and ``n`` a multiple of BLOCK_N), else one per key. Entries past the table read 0 (the
-    prefetch of the block after the last; never dereferenced)."""
+def _context_len(p_ctx, i_b, stride_ctx, capacity):
+    """Sequence ``i_b``'s context length clamped into ``[0, capacity]`` (the block table's keys): whatever
+    ``context_lens`` holds, no key past the table is visited (both kernels clamp alike, so the combine reads
+    exactly the splits the first stage wrote)."""
+    return tl.minimum(tl.maximum(tl.load(p_ctx + i_b.to(tl.int64) * stride_ctx), 0), capacity)
+
+
+@triton.jit
+def _block_pages(p_btb, n, n_table, stride_btp, o_nb, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Page indices (as the table holds them) for keys ``[n, n + BLOCK_N)``: a scalar when a block lies in
+    one page (``PAGE % BLOCK_N == 0`` and ``n`` a multiple of BLOCK_N), else one per key. Entries past the
+    table read 0 (the prefetch of the block after the last; never dereferenced)."""
     # one return after a constexpr if/else: triton 3.6 refuses an early return in a constexpr branch
     # when compiling (the interpreter accepts it)
     if PAGE % BLOCK_N == 0:
         i_pg = n // PAGE
-        b_pg = tl.load(p_btb + i_pg, mask=i_pg < n_table, other=0)
+        b_pg = tl.load(p_btb + i_pg.to(tl.int64) * stride_btp, mask=i_pg < n_table, other=0)
     else:
         o_pg = (n + o_nb) // PAGE
-        b_pg = tl.load(p_btb + o_pg, mask=o_pg < n_table, other=0)
+        b_pg = tl.load(p_btb + o_pg.to(tl.int64) * stride_btp, mask=o_pg < n_table, other=0)
     return b_pg
 
 
 @triton.jit
-def _block_rows(b_pg, n, o_nb, stride_p, stride_s, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """int64 element offsets of the rows of keys ``[n, n + BLOCK_N)`` in a cache ``[pages, PAGE, H, D]``."""
+def _block_rows(b_pg, n, o_nb, n_pages, stride_p, stride_s, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """int64 element offsets of the rows of keys ``[n, n + BLOCK_N)`` in a cache ``[n_pages, PAGE, H, D]``.
+    A page index outside the pool is read as one clamped into it: a safe address whatever the table holds
+    (:func:`_skip_keys` drops those keys' scores)."""
+    b_pg = tl.minimum(tl.maximum(b_pg, 0), n_pages - 1)
     if PAGE % BLOCK_N == 0:
         o_row = b_pg.to(tl.int64) * stride_p + ((n % PAGE + o_nb) * stride_s).to(tl.int64)
     else:
@@ -89,10 +100,18 @@ def _block_rows(b_pg, n, o_nb, stride_p, stride_s, PAGE: tl.constexpr, BLOCK_N: 
 
 
 @triton.jit
+def _skip_keys(b_s, b_pg, n_pages, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Scores ``[R, BLOCK_N]`` with the keys on a page outside ``[0, n_pages)`` at -inf (skipped)."""
+    m_pg = (b_pg >= 0) & (b_pg < n_pages)
+    # a constexpr condition: one side is compiled (a scalar flag, or one per key)
+    return tl.where(m_pg if PAGE % BLOCK_N == 0 else m_pg[None, :], b_s, float("-inf"))
+
+
+@triton.jit
 def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
                          stride_qb, stride_qt, stride_qh, stride_kp, stride_ks, stride_kh,
-                         stride_vp, stride_vs, stride_vh, stride_bt, stride_ob, stride_ot, stride_oh,
-                         n_kv_heads, group, q_len, n_heads, head_dim, n_table, chunk, n_splits,
+                         stride_vp, stride_vs, stride_vh, stride_bt, stride_btp, stride_ctx, stride_ob, stride_ot,
+                         stride_oh, n_kv_heads, group, q_len, n_heads, head_dim, n_table, n_pages, chunk, n_splits,
                          qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DIRECT: tl.constexpr, PAGE: tl.constexpr,
                          BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -101,8 +120,10 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
     head g): ``o = Σ_j 2^(s₂ⱼ − m) v_j / Σ_j 2^(s₂ⱼ − m)``, ``s₂ = log2(e) · scale · q·k_j`` (soft-capped
     with SOFTCAP).
 
-    q ``[B, T, Hq, D]``; caches ``[num_pages, PAGE, Hkv, D]``; block table int32 ``[B, n_table]``; ctx int32
-    ``[B]``; token t sits at position ``ctx − T + t`` and sees keys ``j ≤ ctx − T + t``.
+    q ``[B, T, Hq, D]``; caches ``[n_pages, PAGE, Hkv, D]``; block table int32 ``[B, n_table]``; ctx int32
+    ``[B]`` (both any strides); token t sits at position ``ctx − T + t`` and sees keys ``j ≤ ctx − T + t``.
+    Index values are bounded here: ctx clamped to ``[0, n_table · PAGE]``, keys on a page outside ``[0,
+    n_pages)`` skipped (see :func:`_block_pages`).
     DIRECT (one split): o ``[B, T, Hq, D]`` in q's dtype. Else op fp32 ``[B, T·Hq, n_splits, D]`` (the
     split's normalised output) and lp fp32 ``[B, T·Hq, n_splits]`` (its base-2 lse; -inf: saw no key).
     Grid ``(n_splits, B · Hkv)``.
@@ -111,7 +132,7 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
     i_bg = tl.program_id(1)
     i_b = i_bg // n_kv_heads
     i_g = i_bg % n_kv_heads
-    ctx = tl.load(p_ctx + i_b)
+    ctx = _context_len(p_ctx, i_b, stride_ctx, n_table * PAGE)
     start = i_s * chunk  # noqa: KW007 - a token index within one sequence (context lengths are int32)
     if start >= ctx and not DIRECT:  # split past this sequence's context: the combine skips it
         return
@@ -139,20 +160,23 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
     p_vh = p_v + i_g.to(tl.int64) * stride_vh
     o_nb = tl.arange(0, BLOCK_N)
 
-    b_pg = _block_pages(p_btb, start, n_table, o_nb, PAGE, BLOCK_N)
+    b_pg = _block_pages(p_btb, start, n_table, stride_btp, o_nb, PAGE, BLOCK_N)
     for n in range(start, n_full, BLOCK_N):
-        o_rk = _block_rows(b_pg, n, o_nb, stride_kp, stride_ks, PAGE, BLOCK_N)
-        o_rv = _block_rows(b_pg, n, o_nb, stride_vp, stride_vs, PAGE, BLOCK_N)
-        b_pg = _block_pages(p_btb, n + BLOCK_N, n_table, o_nb, PAGE, BLOCK_N)  # next block's, carried
+        o_rk = _block_rows(b_pg, n, o_nb, n_pages, stride_kp, stride_ks, PAGE, BLOCK_N)
+        o_rv = _block_rows(b_pg, n, o_nb, n_pages, stride_vp, stride_vs, PAGE, BLOCK_N)
+        b_pg_cur = b_pg
+        b_pg = _block_pages(p_btb, n + BLOCK_N, n_table, stride_btp, o_nb, PAGE, BLOCK_N)  # next block's, carried
         if EVEN_D:
             b_kt = tl.load(p_kh + o_rk[None, :] + o_d[:, None])
         else:
             b_kt = tl.load(p_kh + o_rk[None, :] + o_d[:, None], mask=m_d[:, None], other=0.0)
         b_s, _ = scores(tl.dot(b_q, b_kt, input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
-        # every score is finite here: m_new is finite, and b_m = -inf (the first block) gives alpha = 0
+        b_s = _skip_keys(b_s, b_pg_cur, n_pages, PAGE, BLOCK_N)
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
-        b_p = tl.exp2(b_s - b_m_new[:, None])
-        b_alpha = tl.exp2(b_m - b_m_new)
+        # -inf only while a row has seen nothing but skipped pages (a bad table): exp2(-inf - -inf) is NaN
+        b_m_use = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
+        b_p = tl.exp2(b_s - b_m_use[:, None])
+        b_alpha = tl.exp2(b_m - b_m_use)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
         if EVEN_D:
             b_v = tl.load(p_vh + o_rv[:, None] + o_d[None, :])
@@ -165,8 +189,9 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
     # pipelined (usually one iteration: its buffers would only take shared memory from the main loop's)
     for n in tl.range(n_full, end, BLOCK_N, num_stages=1):
         o_n = n + o_nb
-        m_n = o_n < end
-        b_page = tl.load(p_btb + o_n // PAGE, mask=m_n, other=0).to(tl.int64)
+        b_page = tl.load(p_btb + (o_n // PAGE).to(tl.int64) * stride_btp, mask=o_n < end, other=0)
+        m_n = (o_n < end) & (b_page >= 0) & (b_page < n_pages)  # keys on a page outside the pool: skipped
+        b_page = b_page.to(tl.int64)
         o_slot = (o_n % PAGE).to(tl.int64)
         b_kt = tl.load(p_kh + b_page[None, :] * stride_kp + o_slot[None, :] * stride_ks + o_d[:, None],
                        mask=tile_mask_t(m_n, m_d, EVEN_D), other=0.0)
@@ -195,8 +220,8 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
 
 
 @triton.jit
-def _decode_combine_kernel(p_op, p_lp, p_ctx, p_o, stride_ob, stride_ot, stride_oh, q_len, n_heads, head_dim,
-                           chunk, n_splits, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _decode_combine_kernel(p_op, p_lp, p_ctx, p_o, stride_ctx, stride_ob, stride_ot, stride_oh, q_len, n_heads,
+                           head_dim, capacity, chunk, n_splits, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """``o[b, t, h] = Σ_s w_s o_s / Σ_s w_s`` with ``w_s = 2^(lse_s − max lse)`` over the splits that hold
     keys (``s·chunk < ctx``), read BLOCK_S at a time in split order (deterministic); 0 when none saw a
     key. Shapes as in ``_decode_paged_kernel``. Grid ``(B · T · Hq,)``."""
@@ -204,7 +229,7 @@ def _decode_combine_kernel(p_op, p_lp, p_ctx, p_o, stride_ob, stride_ot, stride_
     i_b = i_row // (q_len * n_heads)
     i_t = (i_row // n_heads) % q_len
     i_h = i_row % n_heads
-    ctx = tl.load(p_ctx + i_b)
+    ctx = _context_len(p_ctx, i_b, stride_ctx, capacity)
     n_live = tl.minimum((ctx + chunk - 1) // chunk, n_splits)
     o_sb = tl.arange(0, BLOCK_S)
     o_d = tl.arange(0, BLOCK_D)
@@ -342,8 +367,12 @@ def resolve_plan(batch: int, n_kv_heads: int, rows: int, capacity: int, head_dim
 
 def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                context_lens: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-    """``o`` shaped like ``q`` (``[B, Hq, D]`` or ``[B, T, Hq, D]``); see the kernels for the math."""
+    """``o`` shaped like ``q`` (``[B, Hq, D]`` or ``[B, T, Hq, D]``, q's dtype); see the kernels for the
+    math. ``block_table`` and ``context_lens`` may be any strided views (stride 0 included): the kernels
+    take their strides and bound their values."""
+    o = empty(q.shape, dtype=q.dtype, device=q.device)  # not a view of a 4-D buffer: a custom op's output
     q4 = q[:, None] if q.dim() == 3 else q
+    q4, k_cache, v_cache = (interpreter_dot_operand(t) for t in (q4, k_cache, v_cache))
     if q4.stride(-1) != 1:
         q4 = q4.contiguous()
     if k_cache.stride(-1) != 1:
@@ -351,12 +380,12 @@ def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     if v_cache.stride(-1) != 1:
         v_cache = v_cache.contiguous()
     batch, t_len, hq, d = q4.shape
-    page, hkv = k_cache.shape[1], k_cache.shape[2]
+    n_pages, page, hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     group = hq // hkv
-    capacity = block_table.shape[1] * page
+    n_table = block_table.shape[1]
+    capacity = n_table * page
     device_index = q.device.index if q.device.type == "cuda" and q.device.index is not None else 0
     plan = resolve_plan(batch, hkv, t_len * group, capacity, d, sm_count(device_index), q.element_size())
-    o = empty(q.shape, dtype=q.dtype, device=q.device)  # not a view of a 4-D buffer: a custom op's output
     o_strides = o.stride()[:3] if q.dim() == 4 else (o.stride(0), 0, o.stride(1))
     direct = plan.n_splits == 1
     if direct:
@@ -368,18 +397,18 @@ def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
     else:
         qk_scale, softcap_log2 = scale * 1.4426950408889634, 0.0
-    common = (*q4.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], block_table.stride(0), *o_strides,
-              hkv, group, t_len, hq, d)
+    common = (*q4.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *block_table.stride(),
+              context_lens.stride(0), *o_strides, hkv, group, t_len, hq, d)
     consts = dict(num_warps=plan.num_warps, num_stages=plan.num_stages, SOFTCAP=softcap > 0, DIRECT=direct,
                   BLOCK_H=plan.BLOCK_H, BLOCK_N=plan.BLOCK_N, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D,
-                  DOT_PREC=dot_precision(q.dtype))
+                  DOT_PREC=dot_precision(q4.dtype))
     grid = (plan.n_splits, batch * hkv)
     tensors = (q4, k_cache, v_cache, block_table, context_lens, o, o_part, lse_part)
-    launch(_decode_paged_kernel, grid, *tensors, *common, block_table.shape[1], plan.chunk, plan.n_splits,
+    launch(_decode_paged_kernel, grid, *tensors, *common, n_table, n_pages, plan.chunk, plan.n_splits,
            qk_scale, softcap_log2, PAGE=page, **consts)
     if not direct:
         launch(_decode_combine_kernel, (batch * t_len * hq,), o_part, lse_part, context_lens, o,
-               *o_strides, t_len, hq, d, plan.chunk, plan.n_splits,
+               context_lens.stride(0), *o_strides, t_len, hq, d, capacity, plan.chunk, plan.n_splits,
                num_warps=1 if interpreter_active() else 2, BLOCK_S=min(COMBINE_BLOCK_S, next_pow2(plan.n_splits)),
                BLOCK_D=plan.BLOCK_D)
     return o

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from kernelworks.ops._math import tanh
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import gpu_capability, interpreter_active
+from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 
@@ -109,14 +109,76 @@ def scores(b_s, qk_scale, softcap_log2, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def seq_bounds(p_cu, i_b, seqlen, stride_b, stride_s, IS_VARLEN: tl.constexpr):
+def seq_span(p_cu, i_b, stride_cu, total, mask=None):
+    """Token range ``[start, end)`` of packed sequence ``i_b`` (a scalar, or a vector with ``mask``: masked
+    lanes give an empty range), read from ``cu_seqlens`` and bounded whatever it holds: both ends clamped
+    into ``[0, total]`` (the packed length), a decreasing pair an empty sequence at its start. No row
+    outside the tensors can be addressed from it; host-side checks of the table are opt-in (validation)."""
+    if mask is None:
+        b_lo = tl.load(p_cu + i_b * stride_cu)
+        b_hi = tl.load(p_cu + (i_b + 1) * stride_cu)
+    else:
+        b_lo = tl.load(p_cu + i_b * stride_cu, mask=mask, other=0)
+        b_hi = tl.load(p_cu + (i_b + 1) * stride_cu, mask=mask, other=0)
+    start = tl.minimum(tl.maximum(b_lo, 0), total)
+    end = tl.minimum(tl.maximum(b_hi, start), total)
+    return start, end
+
+
+@triton.jit
+def seq_bounds(p_cu, i_b, stride_cu, total, seqlen, stride_b, stride_s, IS_VARLEN: tl.constexpr):
     """``(length, int64 element offset of the sequence's first token, its first row index)`` of batch
-    entry ``i_b``: from ``cu_seqlens`` (varlen, packed tokens) or the fixed length and the batch stride."""
+    entry ``i_b``: from ``cu_seqlens`` (varlen, packed tokens; bounded by :func:`seq_span`) or the fixed
+    length and the batch stride."""
     if IS_VARLEN:
-        start = tl.load(p_cu + i_b)
-        length = tl.load(p_cu + i_b + 1) - start
-        return length, start.to(tl.int64) * stride_s, start
+        start, end = seq_span(p_cu, i_b, stride_cu, total)
+        return end - start, start.to(tl.int64) * stride_s, start
     return seqlen + 0 * i_b, i_b.to(tl.int64) * stride_b, 0 * i_b
+
+
+@triton.jit
+def zero_uncovered(p_cu, stride_cu, n_seq, total, p_x, p_y, stride_xs, stride_xh, n_heads, head_dim, p_l, stride_lh,
+                   HAS_Y: tl.constexpr, HAS_L: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                   EVEN_D: tl.constexpr, BLOCK_B: tl.constexpr):
+    """Varlen outputs: token rows in ``[0, total)`` that no sequence covers (past ``cu_seqlens[-1]``, before
+    ``cu_seqlens[0]``, holes a bad table leaves) get zeros in ``x`` (and ``y``) ``[total, n_heads, D]`` and
+    ``-inf`` in ``l`` ``[n_heads, total]`` (an lse: rows that see no key), never stale memory. Tiles of
+    ROWS rows are spread over every program of the launch (grid axes 0 and 1); each tests its rows against
+    every sequence's :func:`seq_span` (BLOCK_B at a time) and stores only when a row is uncovered, so a
+    valid table costs one scan of ``cu_seqlens`` per tile and no stores. Covered rows are never written
+    here: no race with the programs that compute them."""
+    i_p = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    n_p = tl.num_programs(0) * tl.num_programs(1)
+    o_bb = tl.arange(0, BLOCK_B)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < head_dim
+    for i_t in range(i_p, tl.cdiv(total, ROWS), n_p):
+        o_t = i_t * ROWS + tl.arange(0, ROWS)
+        b_hit = tl.zeros([ROWS], dtype=tl.int32)
+        for b0 in range(0, n_seq, BLOCK_B):
+            o_b = b0 + o_bb
+            b_s, b_e = seq_span(p_cu, o_b, stride_cu, total, o_b < n_seq)
+            m_in = (o_t[:, None] >= b_s[None, :]) & (o_t[:, None] < b_e[None, :])
+            b_hit = tl.maximum(b_hit, tl.max(m_in.to(tl.int32), axis=1))
+        m_t = (b_hit == 0) & (o_t < total)
+        if tl.max(m_t.to(tl.int32), axis=0) > 0:
+            m_x = tile_mask(m_t, m_d, EVEN_D)
+            o_x = o_t[:, None].to(tl.int64) * stride_xs + o_d[None, :]
+            b_zero = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+            p_xh, p_yh, p_lh = p_x + o_x, p_y + o_x, p_l + o_t
+            for _ in range(n_heads):  # pointers stepped per head (int64 arithmetic, no casts of the counter)
+                tl.store(p_xh, b_zero.to(p_x.dtype.element_ty), mask=m_x)
+                if HAS_Y:
+                    tl.store(p_yh, b_zero.to(p_y.dtype.element_ty), mask=m_x)
+                if HAS_L:
+                    tl.store(p_lh, tl.full([ROWS], float("-inf"), tl.float32), mask=m_t)
+                p_xh += stride_xh
+                p_yh += stride_xh
+                p_lh += stride_lh
+
+
+ZERO_BLOCK_B = tl.constexpr(32)
+"""Sequences :func:`zero_uncovered` tests a tile's rows against per step."""
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -189,45 +251,19 @@ def _fwd_inner_tma(b_acc, b_m, b_l, b_q, d_k, d_v, o_i, lo, hi, len_k, off, left
 
 
 @triton.jit
-def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
-                     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                     stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
-                     seqlen_q, seqlen_k, n_heads, group, head_dim, qk_scale, softcap_log2, left, right,
-                     IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                     SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr,
-                     TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False):
-    """``o[b, i, h] = Σ_j softmax_j(s[b, h, i, j]) · v[b, j, h // group]``, ``lse[b, h, i] = log Σ_j e^s``.
-
-    q, o ``[B, Sq, Hq, D]``, k, v ``[B, Sk, Hkv, D]`` (unit stride on D, any other strides; varlen: B = 1
-    and rows located through ``cu_seqlens``), lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, total_q]``,
-    ``stride_lb`` 0). Grid ``(cdiv(max_seqlen_q, BLOCK_M), B · Hq)``; blocks taken last-first so the
-    longest causal rows start first. TMA (a plan option, Hopper only): K/V through tensor descriptors
-    (:func:`_fwd_inner_tma`; WARP_SPEC its warp-specialised loop).
-    """
-    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // n_heads
-    i_h = i_bh % n_heads
-    i_hk = i_h // group
-    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
-    len_k, k_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
-    m0 = i_m * BLOCK_M
-    if m0 >= len_q:  # varlen: this sequence is shorter than the longest
-        return
-    _, v_off, _ = seq_bounds(p_cuk, i_b, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
-    _, o_off, _ = seq_bounds(p_cuq, i_b, seqlen_q, stride_ob, stride_os, IS_VARLEN)
+def _fwd_block(p_qh, p_kh, p_vh, p_oh, p_lh, stride_qs, stride_ks, stride_vs, stride_os, m0, len_q, len_k,
+               head_dim, qk_scale, softcap_log2, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+               SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """Query rows ``[m0, m0 + BLOCK_M)`` of one (sequence, head): ``p_qh``/``p_oh`` point at its first
+    query row, ``p_kh``/``p_vh`` at its first key row (KV head), ``p_lh`` at its first lse entry."""
     off = len_k - len_q  # bottom-right alignment: query i sits at key position i + off
-
     o_m = m0 + tl.arange(0, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     m_m = o_m < len_q
     m_d = o_d < head_dim
-    p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
     b_q = tl.load(p_qh + o_m[:, None].to(tl.int64) * stride_qs + o_d[None, :], mask=tile_mask(m_m, m_d, EVEN_D),
                   other=0.0)
-    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
-    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
 
     b_m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     b_l = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -262,11 +298,61 @@ def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
     m_seen = b_l > 0.0
     b_o = b_acc / tl.where(m_seen, b_l, 1.0)[:, None]
     b_lse = tl.where(m_seen, (b_m + tl.log2(tl.where(m_seen, b_l, 1.0))) * LN2, float("-inf"))
-    p_oh = p_o + o_off + i_h.to(tl.int64) * stride_oh
-    tl.store(p_oh + o_m[:, None].to(tl.int64) * stride_os + o_d[None, :], b_o.to(p_o.dtype.element_ty),
+    tl.store(p_oh + o_m[:, None].to(tl.int64) * stride_os + o_d[None, :], b_o.to(p_oh.dtype.element_ty),
              mask=tile_mask(m_m, m_d, EVEN_D))
-    p_lh = p_lse + i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
     tl.store(p_lh + o_m, b_lse, mask=m_m)
+
+
+@triton.jit
+def _attn_fwd_kernel(p_q, p_k, p_v, p_o, p_lse, p_cuq, p_cuk,
+                     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                     stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                     stride_cuq, stride_cuk, total_q, total_k,
+                     seqlen_q, seqlen_k, n_heads, group, head_dim, qk_scale, softcap_log2, left, right,
+                     IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                     SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr,
+                     TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False):
+    """``o[b, i, h] = Σ_j softmax_j(s[b, h, i, j]) · v[b, j, h // group]``, ``lse[b, h, i] = log Σ_j e^s``.
+
+    q, o ``[B, Sq, Hq, D]``, k, v ``[B, Sk, Hkv, D]`` (unit stride on D, any other strides), lse fp32
+    ``[B, Hq, Sq]``. Varlen: B = 1, q/o ``[total_q, Hq, D]`` and k/v ``[total_k, Hkv, D]`` with rows located
+    through ``cu_seqlens`` (any stride; bounded by :func:`seq_span`), lse ``[Hq, total_q]`` (``stride_lb``
+    0); rows no sequence covers come back zero (:func:`zero_uncovered`). Grid ``(cdiv(max_seqlen_q,
+    BLOCK_M), B · Hq)``; blocks taken last-first so the longest causal rows start first. Varlen: a program
+    takes every ``num_programs(0)``-th block of its sequence, so a ``max_seqlen_q`` below the longest
+    sequence (the grid) is a hint and no row goes uncomputed. TMA (a plan option, Hopper only): K/V through
+    tensor descriptors (:func:`_fwd_inner_tma`; WARP_SPEC its warp-specialised loop).
+    """
+    i_p = tl.program_id(0)
+    n_m = tl.num_programs(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // n_heads
+    i_h = i_bh % n_heads
+    i_hk = i_h // group
+    len_q, q_off, q_row0 = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_qb, stride_qs, IS_VARLEN)
+    len_k, k_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_kb, stride_ks, IS_VARLEN)
+    _, v_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
+    _, o_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_ob, stride_os, IS_VARLEN)
+    p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
+    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh
+    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh
+    p_oh = p_o + o_off + i_h.to(tl.int64) * stride_oh
+    p_lh = p_lse + i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
+    if IS_VARLEN:
+        zero_uncovered(p_cuq, stride_cuq, tl.num_programs(1) // n_heads, total_q, p_o, p_o, stride_os, stride_oh,
+                       n_heads, head_dim, p_lse, stride_lh, False, True, BLOCK_M, BLOCK_D, EVEN_D, ZERO_BLOCK_B)
+    if (n_m - 1 - i_p) * BLOCK_M >= len_q:  # varlen: a sequence shorter than the grid
+        return
+    if IS_VARLEN:
+        for i_m in range(n_m - 1 - i_p, tl.cdiv(len_q, BLOCK_M), n_m):
+            _fwd_block(p_qh, p_kh, p_vh, p_oh, p_lh, stride_qs, stride_ks, stride_vs, stride_os, i_m * BLOCK_M,
+                       len_q, len_k, head_dim, qk_scale, softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                       BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC, TMA, WARP_SPEC)
+    else:  # the grid covers Sq exactly: one block per program
+        _fwd_block(p_qh, p_kh, p_vh, p_oh, p_lh, stride_qs, stride_ks, stride_vs, stride_os, (n_m - 1 - i_p) * BLOCK_M,
+                   len_q, len_k, head_dim, qk_scale, softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                   BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC, TMA, WARP_SPEC)
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -345,23 +431,27 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
                   cu_k: torch.Tensor | None, max_q: int, max_k: int, scale: float, left: int, right: int,
                   softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(o, lse)``: q ``[B, Sq, Hq, D]`` (varlen ``[Tq, Hq, D]``), k/v ``[B, Sk, Hkv, D]`` (``[Tk, Hkv,
-    D]``), unit stride on D; o contiguous like q, lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, Tq]``).
-    ``softcap`` 0 means none; ``left``/``right`` -1 mean unbounded."""
+    D]``), unit stride on D; o contiguous like q (q's dtype), lse fp32 ``[B, Hq, Sq]`` (varlen ``[Hq, Tq]``).
+    ``cu_q``/``cu_k``: int32 ``[B + 1]``, any stride (stride 0 included); ``max_q`` sizes the grid only (a
+    hint: longer sequences are still computed whole). ``softcap`` 0 means none; ``left``/``right`` -1 mean
+    unbounded."""
     varlen = cu_q is not None
+    o = empty(q.shape, dtype=q.dtype, device=q.device)  # the caller's dtype, whatever the kernels read
+    q, k, v = (interpreter_dot_operand(t) for t in (q, k, v))
     if varlen:
         batch, (tq, hq, d), hkv = cu_q.shape[0] - 1, q.shape, k.shape[1]
-        o = empty(q.shape, dtype=q.dtype, device=q.device)
         lse = empty((hq, tq), dtype=torch.float32, device=q.device)
         sq, sk = max_q, max_k
         qs, ks, vs, os_ = (0, *q.stride()), (0, *k.stride()), (0, *v.stride()), (0, *o.stride())
         ls = (0, lse.stride(0))
+        cus = (cu_q.stride(0), cu_k.stride(0), tq, k.shape[0])
     else:
         batch, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
-        o = empty(q.shape, dtype=q.dtype, device=q.device)
         lse = empty((batch, hq, sq), dtype=torch.float32, device=q.device)
         qs, ks, vs, os_ = q.stride(), k.stride(), v.stride(), o.stride()
         ls = (lse.stride(0), lse.stride(1))
+        cus = (1, 1, 1, 1)  # unused; Triton folds 1s into constants: the dense kernels keep their signature
     plan = fwd_plan(d, q.dtype == torch.float32, gpu_capability())
     forced = _FORCED_FWD.get()
     if forced:
@@ -388,11 +478,13 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
     else:
         qk_scale, softcap_log2 = scale * 1.4426950408889634, 0.0
     dummy = cu_q if varlen else lse  # never read when not varlen
-    grid = (cdiv(sq, plan.BLOCK_M), batch * hq)
+    # varlen: at least one block per sequence whatever max_seqlen_q says (programs loop over the rest, and
+    # the rows no sequence covers are zeroed by the same launch)
+    grid = (max(cdiv(sq, plan.BLOCK_M), int(varlen)), batch * hq)
     if grid[0] > 0:
         launch(_attn_fwd_kernel, grid, q, k, v, o, lse, dummy, cu_k if varlen else dummy,
                qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os_[0], os_[1], os_[2], ls[0], ls[1],
-               sq, sk, hq, hq // hkv, d, qk_scale, softcap_log2, left, right,
+               *cus, sq, sk, hq, hq // hkv, d, qk_scale, softcap_log2, left, right,
                num_warps=plan.num_warps, num_stages=plan.num_stages, IS_VARLEN=varlen, HAS_LEFT=left >= 0,
                HAS_RIGHT=right >= 0, SOFTCAP=softcap > 0, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
                BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D, DOT_PREC=dot_precision(q.dtype), **extra)
