@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention import _paged  # the shuffled page pool the flash/decode tests share (same folder)
+from test_attention import Guarded, _paged  # shared with the flash tests (same folder)
 
+import kernelworks
 from kernelworks.ops.attention import decode, reference
 from kernelworks.ops.attention.api import decode_attention
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
-F32, F16 = torch.float32, torch.float16
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
 def _check(args, dtype, **opts):
@@ -65,6 +66,129 @@ def test_plans_agree_with_each_other():
             outs.append(decode_attention(*args))
     for o in outs[1:]:
         torch.testing.assert_close(o, outs[0], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------ index tensors: strides, bounds, validation
+
+
+INDEX_PLANS = [dict(BLOCK_N=16, splits=3), dict(BLOCK_N=32, splits=1)]
+"""Page 16: a block of 16 keys is one page (one table read per block, several splits and the combine);
+of 32 keys, two pages (a table read per key, one split)."""
+
+
+def _views(args):
+    """``(name, block_table, context_lens)`` strided and expanded views holding the same values as
+    ``args``' contiguous tensors (an expanded table: every sequence reads the first one's pages)."""
+    table, lens = args[3], args[4]
+    wide = torch.full((table.shape[0], 2 * table.shape[1]), -5, dtype=torch.int32, device=DEVICE)
+    wide[:, ::2] = table
+    spread = torch.full((2 * lens.shape[0],), -5, dtype=torch.int32, device=DEVICE)
+    spread[::2] = lens
+    shared = table[:1].expand(table.shape[0], -1)
+    lens1 = lens[:1].clone()
+    return [("table-every-other-column", wide[:, ::2], lens), ("table-column-major", table.t().contiguous().t(), lens),
+            ("table-expanded", shared, lens), ("lens-every-other", table, spread[::2]),
+            ("lens-expanded", table, lens1.expand(lens.shape[0]))]
+
+
+@pytest.mark.parametrize("knobs", INDEX_PLANS, ids=["page-rows", "gathered"])
+def test_strided_and_expanded_index_tensors(knobs):
+    """Strided and stride-0 ``block_table`` / ``context_lens`` views give the same bits as contiguous copies
+    (and the float64 answer): the kernels take their strides."""
+    torch.manual_seed(33)
+    args = _paged([40, 23, 37], 4, 2, 16, 16, F32)
+    with decode.forced_plan(**knobs):
+        for name, table, lens in _views(args):
+            got = decode_attention(*args[:3], table, lens)
+            want = decode_attention(*args[:3], table.contiguous(), lens.contiguous())
+            assert torch.equal(got, want), name
+            _check((*args[:3], table.contiguous(), lens.contiguous()), F32)
+
+
+def _bad_indices(name):
+    """A pool of 9 pages of 16 tokens (3 sequences of 40/23/37 tokens + 3 spare) and a bad value planted in
+    a used table entry or a context length. Returns the args and the argument validation mode names."""
+    torch.manual_seed(34)
+    q, kc, vc, table, lens = _paged([40, 23, 37], 4, 2, 16, 16, F32)
+    table, lens = table.clone(), lens.clone()
+    n_pages = kc.shape[0]
+    if name == "page-past-pool":
+        table[0, 1] = n_pages + 3
+    elif name == "negative-page":
+        table[2, 2] = -3
+    elif name == "first-page-bad":  # the first block every query sees is skipped: the -inf guard
+        table[1, 0] = n_pages
+    elif name == "ctx-past-table":
+        lens[1] = 1000
+    elif name == "negative-ctx":
+        lens[0] = -7
+    return (q, kc, vc, table, lens), "block_table" if "page" in name else "context_lens"
+
+
+BAD_INDICES = ["page-past-pool", "negative-page", "first-page-bad", "ctx-past-table", "negative-ctx"]
+
+
+def _decode_expected(q, kc, vc, table, lens):
+    """float64 answer of bounded indices: each context clamped into ``[0, max_pages × page]``, keys on a
+    page outside the pool skipped (q ``[B, Hq, D]``: the one new token sees every key kept)."""
+    page, n_pages = kc.shape[1], kc.shape[0]
+    out = torch.zeros(q.shape, dtype=torch.float64, device=DEVICE)
+    for b, n in enumerate(lens.tolist()):
+        keys = [j for j in range(min(max(n, 0), table.shape[1] * page)) if 0 <= int(table[b, j // page]) < n_pages]
+        if not keys:
+            continue
+        pages = torch.tensor([int(table[b, j // page]) for j in keys], device=DEVICE)
+        slots = torch.tensor([j % page for j in keys], device=DEVICE)
+        kb, vb = kc[pages, slots].double(), vc[pages, slots].double()
+        o_b, _ = reference._dense(q[b:b + 1, None].double(), kb[None], vb[None], q.shape[-1] ** -0.5, -1, 0, None)
+        out[b] = o_b[0, 0]
+    return out
+
+
+@pytest.mark.parametrize("knobs", INDEX_PLANS, ids=["page-rows", "gathered"])
+@pytest.mark.parametrize("name", BAD_INDICES)
+def test_bad_indices_stay_in_bounds(monkeypatch, name, knobs):
+    """Validation off: no table or context value reaches memory outside the caches, partials or output
+    (caches between NaN margins, outputs between sentinel margins); the answer is that of the bounded
+    indices (context clamped to the table, keys on out-of-pool pages skipped), never NaN."""
+    args, _ = _bad_indices(name)
+    guard = Guarded().patch(monkeypatch)
+    q, kc, vc = (guard.input(t) for t in args[:3])
+    with kernelworks.validation(False), decode.forced_plan(**knobs):
+        o = decode_attention(q, kc, vc, *args[3:], check_indices=False)
+    guard.check()
+    torch.testing.assert_close(o.double(), _decode_expected(q, kc, vc, *args[3:]), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", BAD_INDICES)
+def test_bad_indices_raise_in_validation_mode(name):
+    """Validation mode names the argument; ``check_indices=True`` forces the check without it and
+    ``check_indices=False`` skips it within it (the kernels stay in bounds either way)."""
+    args, word = _bad_indices(name)
+    with kernelworks.validation(), pytest.raises(ValueError, match=word):
+        decode_attention(*args)
+    with kernelworks.validation(False), pytest.raises(ValueError, match=word):
+        decode_attention(*args, check_indices=True)
+    with kernelworks.validation(False):
+        decode_attention(*args)
+    with kernelworks.validation():
+        o = decode_attention(*args, check_indices=False)
+    assert torch.isfinite(o).all()
+
+
+def test_check_indices_bad_type():
+    args = _paged([20], 4, 2, 16, 16, F32)
+    with pytest.raises(TypeError, match="check_indices"):
+        decode_attention(*args, check_indices=1)
+
+
+def test_bf16_matches_float64():
+    """bf16 under the interpreter (whose ``tl.dot`` on bf16 is wrong: the kernel reads fp32 operands there)
+    and on a GPU, several splits and the combine."""
+    torch.manual_seed(35)
+    args = _paged([150, 1, 37, 0], 8, 2, 32, 16, BF16)
+    with decode.forced_plan(BLOCK_N=16, splits=3):
+        _check(args, BF16)
 
 
 def test_forced_plan_bad_knobs():
