@@ -278,6 +278,7 @@ BAD_TABLES = {
     "past-the-end": ([0, 5, 90], [0, 100, 120], None, None, "cu_seqlens_q"),
     "decreasing-with-holes": ([6, 30, 3, 6], [7, 30, 0, 7], None, None, "cu_seqlens_q"),  # rows 0-2, 30+ uncovered
     "negative-start": ([-5, 6, 40], [-3, 4, 36], None, None, "cu_seqlens_q"),
+    "huge": ([0, 1 << 30, 40], [0, 36, 36], None, None, "cu_seqlens_q"),  # the grid from a computed max: bounded
     "decreasing-k": ([0, 17, 40], [0, 20, 4], None, None, "cu_seqlens_k"),
     # a grid of one block (16 rows here, 128 on a GPU) for sequences of 37 queries / 19 keys: a hint only
     "max-seqlen-short": ([0, 3, 40], [0, 17, 36], 1, 1, "max_seqlen_q"),

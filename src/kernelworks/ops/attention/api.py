@@ -169,11 +169,13 @@ def _check_cu(name: str, cu: object, q: torch.Tensor) -> torch.Tensor:
     return cu
 
 
-def _max_seqlen(name: str, value: object, cu: torch.Tensor) -> int:
+def _max_seqlen(name: str, value: object, cu: torch.Tensor, total: int) -> int:
+    """The grid's sequence length: the given hint or, when None, the longest ``cu_seqlens`` step (a host
+    sync, and a graph break under torch.compile: pass max_seqlen_* to avoid it); never more than the packed
+    length ``total``, which bounds every sequence the kernels see, so a garbage table cannot blow up the grid."""
     if value is None:
-        # a host sync (and a graph break under torch.compile): pass max_seqlen_* to avoid it
-        return max(0, int((cu[1:] - cu[:-1]).max().item()))
-    return _check_int(name, value, 0)
+        return min(max(0, int((cu[1:] - cu[:-1]).max().item())), total)
+    return min(_check_int(name, value, 0), total)
 
 
 def _host_checks(t: torch.Tensor) -> bool:
@@ -296,8 +298,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         if cu_seqlens_q.shape != cu_seqlens_k.shape:
             raise ValueError(f"cu_seqlens_k: expected shape {tuple(cu_seqlens_q.shape)} (cu_seqlens_q's), "
                              f"got {tuple(cu_seqlens_k.shape)}")
-        max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, cu_seqlens_q)
-        max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, cu_seqlens_k)
+        max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, cu_seqlens_q, q.shape[0])
+        max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, cu_seqlens_k, k.shape[0])
         _check_varlen_values(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     else:
         max_q, max_k = q.shape[1], k.shape[1]
