@@ -88,6 +88,17 @@ def test_untested_version_warns_once_naming_range_and_version():
         assert check_versions({"torch": "2.13.0+cpu", "triton": "3.6.0", "numpy": "2.2.6"}) is None
 
 
+def test_numpy_range_is_narrower_in_the_interpreter():
+    """The interpreter computes with numpy (CI tests 2.2-2.4); on a GPU kernels never touch it (the GPU
+    image has 2.5)."""
+    stack = {"torch": "2.11.0+cu130", "triton": "3.6.0", "numpy": "2.5.2"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_versions(stack) is None
+    with pytest.warns(UntestedVersionWarning, match=r"numpy 2\.5\.2 \(tested: >=2\.2,<2\.5 in the interpreter\)"):
+        check_versions(stack, interpreter=True)
+
+
 def _import_kernelworks(prelude: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     code = f"import warnings\nwarnings.simplefilter('always')\n{prelude}\nimport kernelworks\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

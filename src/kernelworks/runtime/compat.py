@@ -1,9 +1,9 @@
 """Differences between the torch / triton / numpy releases kernelworks supports, handled in one place.
 
-Tested stacks (CI runs both ends, ``.ci/run``): triton 3.6 with torch 2.11–2.13 (the GPU image) and triton
-3.8 with torch 2.14 (what ``pip install`` resolves today), each with numpy 2.2–2.4. :data:`TESTED` is that
-range and pyproject.toml declares the same (a test keeps the two equal); outside it ``import kernelworks``
-warns once (:func:`check_versions`) instead of letting kernels fail one by one.
+Tested stacks: triton 3.6 with torch 2.11–2.13 (the GPU image; CI pins torch 2.13 CPU) and triton 3.8 with
+torch 2.14 (what ``pip install`` resolves today); CI (``.ci/run``) runs both ends on the CPU. :data:`TESTED`
+is that range and pyproject.toml declares the same (a test keeps the two equal); outside it ``import
+kernelworks`` warns once (:func:`check_versions`) instead of letting kernels fail one by one.
 
 Kernels are written once, as valid Triton for every tested release. Where a release's *interpreter* runs
 valid Triton differently from its compiler, or breaks with a numpy we support, the interpreter is patched
@@ -53,33 +53,46 @@ TESTED: dict[str, VersionRange] = {
     "torch": VersionRange((2, 11), (2, 15)),
     # torch 2.12 and 2.13 pin triton 3.7 on PyPI, a release no CI run covers: pip then resolves torch 2.14.
     "triton": VersionRange((3, 6), (3, 9), skip=((3, 7),)),
-    "numpy": VersionRange((2, 2), (2, 5)),
+    # Kernels use numpy only in the interpreter; on a GPU the image's numpy (2.5) is what GPU runs test.
+    "numpy": VersionRange((2, 2), (2, 6)),
 }
-"""The releases CI runs (``.ci/run``: torch 2.13 CPU + triton 3.6 + numpy 2.2, and what pip resolves, today
-torch 2.14 + triton 3.8 + numpy 2.4), no wider. pyproject.toml declares the same specifiers
-(tests/runtime/test_compat.py keeps them equal)."""
+"""The releases that are tested, no wider: CI (``.ci/run``) runs torch 2.13 CPU + triton 3.6 + numpy 2.2 and
+what pip resolves (today torch 2.14 + triton 3.8 + numpy 2.4) on the CPU; GPU runs use the GPU image (torch
+2.11 + triton 3.6 + numpy 2.5). pyproject.toml declares the same specifiers (tests/runtime/test_compat.py
+keeps them equal)."""
+
+TESTED_INTERPRETER: dict[str, VersionRange] = {"numpy": VersionRange((2, 2), (2, 5))}
+"""Narrower ranges that hold where kernels run in Triton's interpreter, which computes with numpy: the
+numpy releases of CI's two stacks."""
 
 
 class UntestedVersionWarning(UserWarning):
     """torch, triton or numpy outside the tested range (:data:`TESTED`)."""
 
 
-def untested_versions(installed: dict[str, str] | None = None) -> list[str]:
-    """``"triton 3.9.0 (tested: >=3.6,<3.9,!=3.7.*)"`` for each package outside :data:`TESTED`.
-    ``installed`` maps package -> version (default: what is installed)."""
+def tested_ranges(interpreter: bool) -> dict[str, VersionRange]:
+    """:data:`TESTED`, narrowed by :data:`TESTED_INTERPRETER` where kernels run in the interpreter."""
+    return {**TESTED, **TESTED_INTERPRETER} if interpreter else dict(TESTED)
+
+
+def untested_versions(installed: dict[str, str] | None = None, *, interpreter: bool = False) -> list[str]:
+    """``"triton 3.9.0 (tested: >=3.6,<3.9,!=3.7.*)"`` for each package outside the tested range
+    (:func:`tested_ranges`). ``installed`` maps package -> version (default: what is installed)."""
     if installed is None:
         installed = {name: metadata.version(name) for name in TESTED}
-    return [f"{name} {installed[name]} (tested: {tested})" for name, tested in TESTED.items()
+    where = " in the interpreter" if interpreter else ""
+    return [f"{name} {installed[name]} (tested: {tested}{where * (name in TESTED_INTERPRETER)})"
+            for name, tested in tested_ranges(interpreter).items()
             if name in installed and version_tuple(installed[name]) not in tested]
 
 
-def check_versions(installed: dict[str, str] | None = None) -> str | None:
+def check_versions(installed: dict[str, str] | None = None, *, interpreter: bool = False) -> str | None:
     """Warn once (:class:`UntestedVersionWarning`) when the stack is outside the tested range; returns
-    the message, None when every version is tested."""
-    untested = untested_versions(installed)
+    the message, None when every version is tested. ``interpreter``: kernels run in Triton's interpreter."""
+    untested = untested_versions(installed, interpreter=interpreter)
     if not untested:
         return None
-    wanted = " ".join(f"'{name}{tested}'" for name, tested in TESTED.items())
+    wanted = " ".join(f"'{name}{tested}'" for name, tested in tested_ranges(interpreter).items())
     message = (f"untested versions: {'; '.join(untested)}. Kernels may fail or run wrongly because of these "
                f"releases, not of the ops; a tested stack: pip install {wanted}")
     warnings.warn(message, UntestedVersionWarning, stacklevel=2)
@@ -161,6 +174,7 @@ def prepare_runtime() -> None:
     warning if the stack is untested, and the interpreter's patches when kernels will run in it."""
     from kernelworks.runtime.device import interpreter_active
 
-    check_versions()
-    if interpreter_active():
+    interpreter = interpreter_active()
+    check_versions(interpreter=interpreter)
+    if interpreter:
         patch_interpreter()
