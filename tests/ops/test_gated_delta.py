@@ -1,18 +1,23 @@
 """Gated DeltaNet: the reference against the issue's matrix formula, the decode step (in place on a pool,
 padding rows, grouped heads, fused gates, L2 norm, write strength) and the chunked prefill (chunk tails,
 initial/final state, varlen, strided inputs) against the float64 recurrence; decode steps chained equal one
-prefill; bad input; torch.compile; sm_90 compilation without spills. CPU tests run under Triton's
+prefill; index tensors (strided, out of range with validation off: inside guarded buffers; validation on:
+a ValueError), causality and reset gates through the public op, bf16 in the interpreter; bad input;
+torch.compile; sm_90 compilation without spills. CPU tests run under Triton's
 interpreter on tiny heads (K, V ≤ 32); ``gpu`` tests take the real Qwen3-Next shapes in bf16."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 import torch
 from test_gated_delta_bwd_chunked import OPTIONS_SPILL_BOUND, SCAN_SPILL_BOUND  # same folder: one set of bounds
+from test_gated_delta_chunked import EXACT_SCAN_SPILL_B, guard_outputs
 from torch.nn import functional
 
+import kernelworks
 from kernelworks.ops.gated_delta import DECODE_SPEC, PREFILL_SPEC, api, prefill_chunked, reference
 from kernelworks.ops.gated_delta.api import gated_delta_decode, gated_delta_prefill
 from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, prefill_segments, segmented_prefill_fwd
@@ -202,6 +207,58 @@ def test_decode_strided_inputs():
     torch.testing.assert_close(pool.double(), pool_ref, atol=2e-5, rtol=1e-5)
 
 
+def test_decode_strided_indices_and_gate_parameters():
+    """state_indices, A_log and dt_bias as strided 1-D views give the contiguous tensors' answer."""
+    x = _decode_inputs(3, 1, 2, 16, 16, slots=6)
+    x["g"], x["beta"] = torch.randn(3, 2, device=DEVICE), torch.randn(3, 2, device=DEVICE)
+    idx = torch.tensor([5, 99, 0, 99, 3, 99], dtype=torch.int32, device=DEVICE)
+    params = torch.randn(2, 4, device=DEVICE)           # rows A_log, dt_bias; heads 2 apart
+    strided = {"state_indices": idx[::2], "A_log": params[0, ::2], "dt_bias": params[1, ::2]}
+    dense = {n: t.contiguous() for n, t in strided.items()}
+    pool_s, pool_d = x["state"].clone(), x["state"].clone()
+    o_s = gated_delta_decode(**{**x, "state": pool_s}, **strided)
+    o_d = gated_delta_decode(**{**x, "state": pool_d}, **dense)
+    assert torch.equal(o_s, o_d) and torch.equal(pool_s, pool_d)
+    o_ref, pool_ref = reference.gated_delta_decode(**_f64(x), **_f64(dense))
+    torch.testing.assert_close(o_d.double(), o_ref, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(pool_d.double(), pool_ref, atol=2e-5, rtol=1e-5)
+
+
+def test_decode_out_of_range_slots_are_skipped(monkeypatch):
+    """Validation off: a slot ≥ the pool's size (or negative) skips its sequence — zero output, nothing
+    read or written outside the pool (a slice of a sentinel-filled buffer, its guard rows unchanged;
+    the output guarded alike)."""
+    check = guard_outputs(monkeypatch)
+    B, slots = 6, 4
+    x = _decode_inputs(B, 1, 2, 16, 16, slots=slots)
+    big = torch.full((slots + 4, 2, 16, 16), 777.0, device=DEVICE)
+    big[2: 2 + slots] = x["state"]
+    pool = big[2: 2 + slots]
+    idx = torch.tensor([slots, 1, -3, slots + 100, 2**31 - 1, 3], dtype=torch.int32, device=DEVICE)
+    with kernelworks.validation(False):
+        o = gated_delta_decode(**{**x, "state": pool}, state_indices=idx)
+    check()
+    assert (big[:2] == 777.0).all() and (big[2 + slots:] == 777.0).all()
+    live = torch.tensor([-1, 1, -1, -1, -1, 3], device=DEVICE)   # what the kernel runs: the rest skipped
+    o_ref, pool_ref = reference.gated_delta_decode(**_f64(x), state_indices=live)
+    torch.testing.assert_close(o.double(), o_ref, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(pool.double(), pool_ref, atol=2e-5, rtol=1e-5)
+    assert (o[[0, 2, 3, 4]] == 0).all()
+
+
+@pytest.mark.parametrize(("idx", "match"), [
+    ([0, 4, 1], r"state_indices: expected values in \[0, 4\), got 4 at index 1"),
+    ([2, -1, 2], "state_indices: expected distinct pool slots .* got slot 2 more than once"),
+], ids=["past-pool", "duplicate"])
+def test_decode_validation_names_bad_slots(idx, match):
+    """Validation mode (on in the test suite): a live slot past the pool, or two sequences on one slot,
+    raise a ValueError naming the argument and the value; negative slots (padding) pass."""
+    x = _decode_inputs(3, 1, 2, 16, 16, slots=4)
+    with pytest.raises(ValueError, match=match):
+        gated_delta_decode(**x, state_indices=torch.tensor(idx, dtype=torch.int32, device=DEVICE))
+    gated_delta_decode(**x, state_indices=torch.tensor([3, -1, -7], device=DEVICE))
+
+
 # --------------------------------------------------------------------------------------------- prefill
 
 
@@ -299,6 +356,133 @@ def test_prefill_api_takes_segments_forward_and_backward(monkeypatch):
         assert _rel(a, r) <= 5e-3, f"grad {nm}: rel {_rel(a, r):.2e}"
 
 
+def _packed(lens, hq=1, hv=2, K=16, V=16, *, dtype=F32, seed=0, pad=0):
+    x = _prefill_inputs(1, sum(lens) + pad, hq, hv, K, V, dtype=dtype, seed=seed)
+    x["initial_state"] = torch.randn(len(lens), hv, V, K, device=DEVICE)
+    return x
+
+
+def test_prefill_strided_and_expanded_cu_seqlens():
+    """cu_seqlens as a strided view equals its contiguous copy's answer; an expanded (stride-0) table of
+    zeros is two empty sequences: o all zero, the final states the initial ones."""
+    x = _packed((5, 33, 22))
+    cu = torch.tensor([0, 5, 38, 60], dtype=torch.int32, device=DEVICE)
+    wide = torch.stack([cu, torch.full_like(cu, 99)], 1).flatten()[::2]   # stride 2
+    o_s, f_s = gated_delta_prefill(**x, cu_seqlens=wide[:4], output_final_state=True, chunk_size=16)
+    o_d, f_d = gated_delta_prefill(**x, cu_seqlens=cu, output_final_state=True, chunk_size=16)
+    assert torch.equal(o_s, o_d) and torch.equal(f_s, f_d)
+    zeros = torch.zeros(1, dtype=torch.int64, device=DEVICE).expand(3)
+    y = {**x, "initial_state": x["initial_state"][:2]}
+    o, final = gated_delta_prefill(**y, cu_seqlens=zeros, output_final_state=True, chunk_size=16)
+    assert (o == 0).all() and torch.equal(final, y["initial_state"])
+
+
+@pytest.mark.parametrize("dtype", [F32, torch.float16], ids=["fp32", "fp16"])
+def test_prefill_out_of_range_cu_seqlens(dtype, monkeypatch):
+    """Validation off: entries past T, negative and decreasing stay inside every tensor (outputs and
+    intermediates guarded, forward and backward) and give the recurrence on the table clamped into
+    [0, T] and made non-decreasing; tokens no sequence covers get zero output and zero gradients."""
+    check = guard_outputs(monkeypatch)
+    x = _packed((20, 20, 20, 20), dtype=dtype, seed=1)        # T = 80, 4 sequences
+    cu = torch.tensor([5, -9, 50, 30, 1 << 40], device=DEVICE)
+    sane = torch.tensor([5, 5, 50, 50, 80], device=DEVICE)
+    names = ["q", "k", "v", "g", "beta", "initial_state"]
+    do = torch.randn(1, 80, 2, 16, dtype=F64, device=DEVICE)
+    dht = torch.randn(4, 2, 16, 16, dtype=F64, device=DEVICE)
+    with kernelworks.validation(False):
+        o, _ = gated_delta_prefill(**x, cu_seqlens=cu, chunk_size=16)
+        got = _prefill_grads(gated_delta_prefill, x, names, do, dht, cu_seqlens=cu, chunk_size=16)
+    check()
+    o_ref, _ = reference.gated_delta_rule(**_f64(x), cu_seqlens=sane)
+    want = _prefill_grads(reference.gated_delta_rule, _f64(x), names, do, dht, cu_seqlens=sane)
+    assert (o[:, :5] == 0).all()
+    tol = 3e-5 if dtype == F32 else 5e-3
+    assert _rel(o, o_ref) <= tol
+    for nm, a, r in zip(names, got, want):
+        assert _rel(a, r) <= tol, f"grad {nm}: rel {_rel(a, r):.2e}"
+        if nm != "initial_state":
+            assert (a[:, :5] == 0).all(), nm
+
+
+@pytest.mark.parametrize(("cu", "match"), [
+    ([0, 5, 3, 8], r"non-decreasing offsets, got 5 then 3 at index 2"),
+    ([0, 5, 9], r"offsets <= 8 \(the packed length\), got 9 at index 2"),
+    ([2, 5, 8], r"first offset to be 0, got 2"),
+], ids=["decreasing", "past-T", "not-from-0"])
+def test_prefill_validation_names_bad_cu_seqlens(cu, match):
+    """Validation mode (on in the test suite): a bad cu_seqlens raises a ValueError naming it and the
+    entry; cu[-1] < T (padding after the last sequence) passes."""
+    x = _packed((3, 5))
+    x["initial_state"] = torch.randn(len(cu) - 1, 2, 16, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="cu_seqlens: expected .*" + match):
+        gated_delta_prefill(**x, cu_seqlens=torch.tensor(cu, device=DEVICE), chunk_size=16)
+    o, _ = gated_delta_prefill(**{**x, "initial_state": None}, cu_seqlens=torch.tensor([0, 2, 6], device=DEVICE),
+                               chunk_size=16)
+    assert (o[:, 6:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(("name", "t", "value"), [("k", 40, math.nan), ("v", 63, math.inf), ("g", 63, math.nan),
+                                                  ("beta", 40, math.inf)],
+                         ids=["k-nan-mid", "v-inf-last", "g-nan-last", "beta-inf-mid"])
+def test_prefill_is_causal(name, t, value, dtype):
+    """Through the public op (fp32: the sequential-scan kernel; bf16: the chunk kernels on fp32 operands
+    in the interpreter): a NaN or inf in token t leaves o before t bit-equal to the clean run's, and o
+    non-finite from t on where the float64 recurrence is."""
+    x = _prefill_inputs(1, 96, 1, 2, 16, 16, dtype=dtype, seed=2)
+    bad = {n: v.clone() for n, v in x.items()}
+    if bad[name].dim() == 4:
+        bad[name][:, t, 0, 3] = value
+    else:
+        bad[name][:, t, 0] = value
+    clean, _ = gated_delta_prefill(**x, chunk_size=64)
+    o, _ = gated_delta_prefill(**bad, chunk_size=64)
+    assert torch.equal(o[:, :t], clean[:, :t])
+    o_ref, _ = reference.gated_delta_rule(**_f64(bad))
+    assert torch.equal(o[:, t:].isfinite(), o_ref[:, t:].isfinite())
+
+
+@pytest.mark.parametrize("g_reset", [-math.inf, -1e30], ids=["g-neg-inf", "g-minus-1e30"])
+def test_prefill_reset_gates(g_reset):
+    """fp32 (the sequential-scan forward and backward): ``g = −inf`` (α = 0, the state reset) at two
+    tokens, or a very negative finite g, gives the float64 recurrence's o, final state and gradients —
+    finite, not NaN from ``−inf − (−inf)``, not decay 1 from a swamped cumulative sum."""
+    x = _prefill_inputs(1, 80, 1, 2, 16, 16, seed=3)
+    x["g"][:, 9, 0] = g_reset
+    x["g"][:, 40, :] = g_reset
+    x["initial_state"] = torch.randn(1, 2, 16, 16, device=DEVICE)
+    names = ["q", "k", "v", "g", "beta", "initial_state"]
+    do = torch.randn(1, 80, 2, 16, dtype=F64, device=DEVICE)
+    dht = torch.randn(1, 2, 16, 16, dtype=F64, device=DEVICE)
+    o, final = gated_delta_prefill(**x, output_final_state=True, chunk_size=16)
+    o_ref, f_ref = reference.gated_delta_rule(**_f64(x), output_final_state=True)
+    assert o.isfinite().all() and final.isfinite().all()
+    torch.testing.assert_close(o.double(), o_ref, atol=3e-5, rtol=1e-5)
+    torch.testing.assert_close(final.double(), f_ref, atol=3e-5, rtol=1e-5)
+    got = _prefill_grads(gated_delta_prefill, x, names, do, dht, chunk_size=16)
+    want = _prefill_grads(reference.gated_delta_rule, _f64(x), names, do, dht)
+    for nm, a, r in zip(names, got, want):
+        assert a.isfinite().all(), nm
+        torch.testing.assert_close(a.double(), r, atol=2e-5, rtol=1e-5, msg=lambda m, nm=nm: f"grad {nm}: {m}")
+
+
+def test_prefill_bf16_in_the_interpreter():
+    """bf16 inputs (whose tl.dot the interpreter gets wrong) run on fp32 operands there and come back in
+    bf16: o, final state and gradients within the issue's bars (rel. L2 5e-3, gradients 2e-2) of the
+    float64 recurrence on the same inputs."""
+    x = _prefill_inputs(1, 40, 1, 2, 16, 32, dtype=BF16, seed=4)
+    x["initial_state"] = torch.randn(1, 2, 32, 16, device=DEVICE)
+    o, final = gated_delta_prefill(**x, output_final_state=True, chunk_size=16)
+    o_ref, f_ref = reference.gated_delta_rule(**_f64(x), output_final_state=True)
+    assert o.dtype == BF16 and _rel(o, o_ref) <= 5e-3 and _rel(final, f_ref) <= 5e-3
+    names = ["q", "k", "v", "g", "beta", "initial_state"]
+    do = torch.randn(1, 40, 2, 32, dtype=F64, device=DEVICE)
+    got = _prefill_grads(gated_delta_prefill, x, names, do, None, chunk_size=16)
+    want = _prefill_grads(reference.gated_delta_rule, _f64(x), names, do, None)
+    for nm, a, r in zip(names, got, want):
+        assert a.dtype == x[nm].dtype and _rel(a, r) <= 2e-2, f"grad {nm}: rel {_rel(a, r):.2e}"
+
+
 # ------------------------------------------------------------------------------------------- bad input
 
 
@@ -332,6 +516,9 @@ def test_prefill_rejects_bad_input():
     x = _prefill_inputs(2, 8, 1, 2, 16, 16)
     with pytest.raises(ValueError, match="chunk_size"):
         gated_delta_prefill(**x, chunk_size=48)
+    for size in (16.0, True, "16"):    # 16.0 == 16, True == 1: not sizes the kernels can take
+        with pytest.raises(TypeError, match="chunk_size: expected an int"):
+            gated_delta_prefill(**x, chunk_size=size)
     with pytest.raises(ValueError, match="cu_seqlens"):
         gated_delta_prefill(**x, cu_seqlens=torch.tensor([0, 8], dtype=torch.int32, device=DEVICE))
     with pytest.raises(ValueError, match="initial_state"):
@@ -511,7 +698,8 @@ def test_compiles_for_sm90_without_spills(spec, case):
     reports = inspect_op(spec, case, "sm_90")
     assert reports, "no kernel launched"
     for r in reports:
-        assert r.spill_bytes == 0, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
+        bound = EXACT_SCAN_SPILL_B if r.constexprs.get("EXACT") else 0   # the rare causal redo may spill
+        assert r.spill_bytes <= bound, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
         if spec is PREFILL_SPEC:
             assert r.uses_dot, "the chunk products must use tensor cores"
 

@@ -5,14 +5,19 @@ Against autograd of the float64 token-by-token recurrence: fp32 inputs through t
 (tight: the algebra itself — chunk tails, grouped heads, varlen with a 1-token sequence, write strength,
 initial and final state, T taken from the forward or recomputed from A), fp16 through the public API
 (16-bit inputs take this backward); agreement with the sequential backward (``prefill_bwd.py``);
-bit-equal reruns; the public API dispatching 16-bit inputs here; sm_90 compiles without spills and with
-wgmma. CPU tests run under Triton's interpreter on tiny heads (fp32/fp16: its bf16 ``tl.dot`` is wrong);
-``gpu`` tests take K = V = 128 in bf16."""
+bit-equal reruns; the public API dispatching 16-bit inputs here; reset gates (g = −inf); padding and
+later sequences that never reach a sequence's gradients, uncovered tokens' gradients zero, every store
+inside its tensor; sm_90 compiles without spills and with wgmma. CPU tests run under Triton's
+interpreter on tiny heads (fp32/fp16: its bf16 ``tl.dot`` is wrong); ``gpu`` tests take K = V = 128 in
+bf16."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from test_gated_delta_chunked import guard_outputs
 from torch.nn import functional
 
 from kernelworks import gated_delta_prefill
@@ -159,6 +164,64 @@ def test_deterministic():
     b = _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16)
     for u, w in zip(a, b):
         assert torch.equal(u, w)
+
+
+@pytest.mark.parametrize("lens", [None, (30, 41)], ids=["dense", "varlen"])
+def test_reset_gates_match_reference(lens):
+    """``g = −inf`` (a full reset, α = 0) at tokens 7 and 40 and −1e30 at 60 (chunk 32): finite gradients,
+    autograd's of the float64 recurrence (fp32 inputs: the algebra at full precision)."""
+    cu = _cu(lens)
+    x = _inputs(1, 71, 1, 2, 16, 16, seed=9, write=True, n_h0=len(lens) if lens else 1)
+    x["g"][:, 7, 0] = -math.inf
+    x["g"][:, 40, :] = -math.inf
+    x["g"][:, 60, 1] = -1e30
+    do = torch.randn(1, 71, 2, 16, device=DEVICE)
+    dht = torch.randn(x["initial_state"].shape, device=DEVICE)
+    got = _launch(gated_delta_prefill_bwd_chunked, x, do, dht, cu, 0.25, 32)
+    names, want = _ref_grads(x, do, dht, cu, 0.25)
+    for nm, a, r in zip(names, got, want):
+        assert a.isfinite().all(), nm
+        torch.testing.assert_close(a.double(), r, atol=2e-5, rtol=1e-5, msg=lambda m, nm=nm: f"grad {nm}: {m}")
+
+
+def _api_grads(x, cu, do, dht, chunk):
+    leaves = {n: (t.clone().requires_grad_(True) if t is not None else None) for n, t in x.items()}
+    o, final = gated_delta_prefill(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                   initial_state=leaves["initial_state"], output_final_state=True, cu_seqlens=cu,
+                                   chunk_size=chunk, write_strength=leaves["write_strength"])
+    names = [n for n in NAMES if x[n] is not None]
+    return torch.autograd.grad((o.float() * do).sum() + (final * dht).sum(), [leaves[n] for n in names])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32-sequential", "fp16-chunked"])
+def test_padding_and_later_sequences_never_reach_gradients(dtype, monkeypatch):
+    """Sequences of 30 and 50 tokens then 16 of padding (cu[-1] < T; cu a strided view), through the
+    public op (fp32: prefill_bwd.py's backward; fp16: this one). NaN in every input of the second
+    sequence and of the padding, and in do there, leaves the first sequence's gradients bit-equal to the
+    clean run's; the padding's gradients come back zero (outputs start NaN), every store inside its
+    tensor. (Within one sequence a later NaN does reach earlier gradients: so it does in autograd of the
+    recurrence, whose ``dS_{t−1} = α_t dS_t (I − β_t k_t k_tᵀ) + …`` carries it.)"""
+    check = guard_outputs(monkeypatch)
+    cu = torch.tensor([0, 7, 30, 7, 80, 7], dtype=torch.int32, device=DEVICE)[::2]
+    x = _inputs(1, 96, 1, 2, 16, 16, dtype=dtype, seed=10, write=True, n_h0=2)
+    do = torch.randn(1, 96, 2, 16, device=DEVICE)
+    dht = torch.randn(2, 2, 16, 16, device=DEVICE)
+    clean = _api_grads(x, cu, do, dht, 16)
+    bad = {n: (t.clone() if t is not None else None) for n, t in x.items()}
+    for n in ("q", "k", "v", "g", "beta", "write_strength"):
+        bad[n][:, 30:] = math.nan
+    do_bad = do.clone()
+    do_bad[:, 80:] = math.nan
+    got = _api_grads(bad, cu, do_bad, dht, 16)
+    check()
+    for nm, a, b in zip([n for n in NAMES if x[n] is not None], got, clean):
+        first = a[:1] if nm == "initial_state" else a[:, :30]
+        assert torch.equal(first, b[:1] if nm == "initial_state" else b[:, :30]), nm
+        if nm != "initial_state":
+            assert (a[:, 80:] == 0).all() and (b[:, 80:] == 0).all(), nm
+    names, want = _ref_grads(x, do, dht, cu.contiguous(), 16 ** -0.5)
+    for nm, a, r in zip(names, clean, want):
+        assert _rel(a, r) <= (2e-5 if dtype == F32 else 5e-3), f"grad {nm}: rel {_rel(a, r):.2e}"
 
 
 # ------------------------------------------------------------------------------------ sm_90 compilation

@@ -1,7 +1,9 @@
 """The chunk-parallel prefill forward (``prefill_chunked.py``: K1a chunk inverse, K1b W/Ũ, K2 state scan
 with the output fused or K3 output kernel) against the float64 recurrence: chunk tails, grouped heads, initial and final
 state, varlen with 3 sequences, write strength, strided inputs, what ``saved`` holds (chunk-local gates,
-chunk-start states); and sm_90 compilation of every kernel without spills. CPU tests run under Triton's
+chunk-start states); causality (a NaN or inf in token t reaches no earlier output), reset gates, and
+out-of-range ``cu_seqlens`` that stay inside guarded buffers; and sm_90 compilation of every kernel
+without spills. CPU tests run under Triton's
 interpreter on tiny heads (fp32/fp16: the interpreter's bf16 ``tl.dot`` is wrong); ``gpu`` tests take the
 real shapes in bf16."""
 
@@ -14,7 +16,7 @@ import torch
 from torch.nn import functional
 
 from kernelworks.ops.gated_delta import reference
-from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
+from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, segmented_prefill_fwd
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
@@ -24,6 +26,9 @@ MODE_IDS = ["fused", "3-kernel"]
 FUSED_SCAN_SPILL_B = 64
 """The fused scan's sm_90 spill bound (bytes/thread): its GPU plan sits at 255 registers and spills a little
 in the varlen + initial state + write strength specialisation (the dense bench shape: none)."""
+EXACT_SCAN_SPILL_B = 160
+"""The same scan's EXACT build (every product causal: the launch that redoes only the programs whose last
+output chunk is not finite, none on clean inputs) may spill this much (104–128 B at 255 registers)."""
 
 
 def _inputs(B, T, hq, hv, K, V, *, dtype=F32, seed=0, write=False, h0=None):
@@ -194,6 +199,136 @@ def test_saturated_gates_and_large_state():
     torch.testing.assert_close(final.double(), f_ref, atol=3e-5, rtol=1e-5)
 
 
+# ------------------------------------------------------------------------------ bounds and causality
+
+GUARD = 64
+"""Sentinel elements before and after every tensor the launchers allocate (:func:`guard_outputs`)."""
+SENTINEL = 1234.0
+
+
+def guard_outputs(monkeypatch):
+    """Every tensor the gated-delta launchers allocate becomes the middle of a larger buffer: NaN inside (an
+    element no kernel writes stays NaN), :data:`SENTINEL` for :data:`GUARD` elements either side. Returns
+    the check that every sentinel is intact (no store left its tensor)."""
+    from kernelworks.ops.gated_delta import api, decode, prefill_bwd, prefill_bwd_chunked, prefill_chunked, prefill_fwd
+
+    bufs = []
+
+    def empty(shape, *, dtype, device):
+        n = math.prod(shape)
+        buf = torch.full((n + 2 * GUARD,), SENTINEL, dtype=dtype, device=device)
+        buf[GUARD: GUARD + n] = float("nan") if dtype.is_floating_point else -1
+        bufs.append((buf, n))
+        return buf[GUARD: GUARD + n].view(tuple(shape))
+
+    for module in (api, decode, prefill_bwd, prefill_bwd_chunked, prefill_chunked, prefill_fwd):
+        monkeypatch.setattr(module, "empty", empty)
+
+    def check():
+        assert bufs, "nothing allocated through the guard"
+        for buf, n in bufs:
+            want = torch.full((GUARD,), SENTINEL, dtype=buf.dtype, device=buf.device)
+            assert torch.equal(buf[:GUARD], want) and torch.equal(buf[GUARD + n:], want), "a store left its tensor"
+    return check
+
+
+def _poisoned(x, name, t, value):
+    """``x`` with ``x[name]`` at token t (head 0; column 3 of q/k/v) set to ``value``."""
+    bad = dict(x)
+    bad[name] = x[name].clone()
+    if bad[name].dim() == 4:
+        bad[name][:, t, 0, 3] = value
+    else:
+        bad[name][:, t, 0] = value
+    return bad
+
+
+CAUSAL_CASES = [("k", 40, math.nan), ("v", 63, math.inf), ("g", 40, math.nan), ("beta", 63, -math.inf),
+                ("q", 40, math.nan), ("write_strength", 63, math.nan), ("v", 80, math.nan)]
+CAUSAL_IDS = ["k-nan-mid", "v-inf-last", "g-nan-mid", "beta-inf-last", "q-nan-mid", "w-nan-last", "v-nan-tail-chunk"]
+
+
+@pytest.mark.parametrize(("name", "t", "value"), CAUSAL_CASES, ids=CAUSAL_IDS)
+@pytest.mark.parametrize("mode", ["fused", "3-kernel", "segments"])
+def test_causal_nan_and_inf(name, t, value, mode):
+    """A NaN or inf in token t (the middle of a 64-token chunk, or its last token) leaves every output
+    before t bit-equal to the clean run's; from t on, o is non-finite exactly where the float64 recurrence
+    is (fp16: the chunk products on 16-bit operands; segments: 3 segments of 32 tokens scanned apart)."""
+    x = _inputs(1, 96, 1, 2, 16, 16, dtype=F16, write=True, h0=1)
+    bad = _poisoned(x, name, t, value)
+    if mode == "segments":
+        kw = {"scale": 0.25, "initial_state": x["initial_state"], "output_final_state": True, "chunk_size": 16,
+              "n_segments": 3}
+        clean, _, _ = segmented_prefill_fwd(**{n: x[n] for n in ("q", "k", "v", "g", "beta", "write_strength")}, **kw)
+        o, final, _ = segmented_prefill_fwd(**{n: bad[n] for n in ("q", "k", "v", "g", "beta", "write_strength")},
+                                            **kw)
+    else:
+        clean, _, _ = _run(x, fuse=mode == "fused", chunk=64)
+        o, final, _ = _run(bad, fuse=mode == "fused", chunk=64)
+    assert torch.equal(o[:, :t], clean[:, :t])
+    o_ref, f_ref = _ref(bad)
+    assert torch.equal(o[:, t:].isfinite(), o_ref[:, t:].isfinite())
+    assert torch.equal(final.isfinite(), f_ref.isfinite())
+
+
+@pytest.mark.parametrize("fuse", MODES, ids=MODE_IDS)
+def test_padding_and_later_sequences_never_reach_a_sequence(fuse, monkeypatch):
+    """Packed sequences of 30 and 50 tokens then 16 tokens of padding (cu[-1] < T): NaN everywhere in the
+    padding and in the second sequence leaves the first sequence's outputs and final state bit-equal,
+    and the padding's rows of o come back zero (not left unwritten: outputs start NaN here), every store
+    inside its tensor."""
+    check = guard_outputs(monkeypatch)
+    x = _inputs(1, 96, 1, 2, 16, 16, dtype=F16, write=True, h0=2)
+    cu = torch.tensor([0, 30, 80], dtype=torch.int32, device=DEVICE)
+    clean, f_clean, _ = _run(x, fuse=fuse, chunk=16, cu=cu)
+    bad = {n: t.clone() for n, t in x.items()}
+    for n in ("q", "k", "v", "g", "beta", "write_strength"):
+        bad[n][:, 30:] = math.nan
+    o, final, _ = _run(bad, fuse=fuse, chunk=16, cu=cu)
+    check()
+    assert torch.equal(o[:, :30], clean[:, :30]) and torch.equal(final[0], f_clean[0])
+    assert (o[:, 80:] == 0).all() and (clean[:, 80:] == 0).all()
+    o_ref, f_ref = _ref(x, cu=cu)
+    torch.testing.assert_close(clean.double(), o_ref, atol=4e-3, rtol=0)
+    torch.testing.assert_close(f_clean.double(), f_ref, atol=4e-3, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("g_reset", [-math.inf, -1e30], ids=["g-neg-inf", "g-minus-1e30"])
+def test_reset_gates_match_reference(g_reset, dtype):
+    """``g = −inf`` (a full reset: α = 0) at tokens 5 and 40 of a 64-token chunk, and a very negative
+    finite g: finite, and the float64 recurrence's answer (fp32 to its tolerance, fp16 to fp16 rounding)
+    — neither NaN from ``−inf − (−inf)`` nor decay 1 from a swamped cumulative sum."""
+    x = _inputs(1, 96, 1, 2, 16, 16, dtype=dtype, h0=1)
+    x["g"][:, 5, 0] = g_reset
+    x["g"][:, 40, :] = g_reset
+    for fuse in MODES:
+        o, final, _ = _run(x, fuse=fuse, chunk=64)
+        o_ref, f_ref = _ref(x)
+        assert o.isfinite().all() and final.isfinite().all()
+        tol = {"atol": 3e-5, "rtol": 1e-5} if dtype == F32 else {"atol": 4e-3, "rtol": 0}
+        torch.testing.assert_close(o.double(), o_ref, **tol)
+        torch.testing.assert_close(final.double(), f_ref, **tol)
+
+
+@pytest.mark.parametrize("fuse", MODES, ids=MODE_IDS)
+def test_out_of_range_cu_seqlens_stay_in_bounds(fuse, monkeypatch):
+    """``cu_seqlens`` past T, negative, decreasing (the launcher trusts its caller: nothing checks on the
+    host here): every store stays inside its tensor, and the answer is the recurrence on the table
+    clamped into [0, T] and made non-decreasing (an entry below the one before it: an empty sequence),
+    rows no sequence covers zero."""
+    check = guard_outputs(monkeypatch)
+    x = _inputs(1, 70, 1, 2, 16, 16, dtype=F16, h0=5)
+    cu = torch.tensor([3, -7, 40, 20, 1 << 30, 90], dtype=torch.int64, device=DEVICE)
+    o, final, _ = _run(x, fuse=fuse, chunk=16, cu=cu)
+    check()
+    sane = torch.tensor([3, 3, 40, 40, 70, 70], device=DEVICE)
+    o_ref, f_ref = _ref(x, cu=sane)
+    torch.testing.assert_close(o.double(), o_ref, atol=4e-3, rtol=0)
+    torch.testing.assert_close(final.double(), f_ref, atol=4e-3, rtol=0)
+    assert (o[:, :3] == 0).all()
+
+
 # ------------------------------------------------------------------------------------ sm_90 compilation
 
 
@@ -225,13 +360,16 @@ def test_compiles_for_sm90_without_spills(shape, fuse):
     else:
         launches = _capture(1, 300, 4, 8, 128, 128, F16, fuse=fuse, varlen=True, h0=True, final=True, write=True)
     names = [launch.name for launch in launches]
-    # fused: W and Ũ formed in the scan (no K1b), the output too (no K3)
-    want = ["_chunk_inverse_kernel", "_state_pass_kernel"] if fuse else \
+    # fused: W and Ũ formed in the scan (no K1b), the output too (no K3); then the scan's EXACT launch
+    want = ["_chunk_inverse_kernel", "_state_pass_kernel", "_state_pass_kernel"] if fuse else \
         ["_chunk_inverse_kernel", "_chunk_wy_kernel", "_state_pass_kernel", "_chunk_output_kernel"]
     assert names == want
+    assert [bool(launch.args.get("EXACT")) for launch in launches] == [False] * (len(names) - fuse) + [True] * fuse
     for launch in launches:
         r = inspect_launch(launch, "sm_90")
         bound = FUSED_SCAN_SPILL_B if fuse and r.name == "_state_pass_kernel" else 0
+        if launch.args.get("EXACT"):
+            bound = EXACT_SCAN_SPILL_B
         assert r.spill_bytes <= bound, f"{r.name}: {r.spill_bytes} B/thread spilled ({r.registers} registers)"
         assert r.uses_dot, f"{r.name}: the chunk products must use tensor cores"
         assert r.mix.summary()["tensor"] > 0, f"{r.name}: no tensor-core instructions in the SASS"

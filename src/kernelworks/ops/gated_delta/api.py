@@ -15,6 +15,8 @@ inputs, ``prefill_bwd.py`` for fp32).
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
@@ -28,7 +30,8 @@ from kernelworks.ops.gated_delta.prefill_chunked import (
 )
 from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active
+from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
+from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_dtype,
@@ -71,11 +74,15 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                      chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(o, final_state, T, G)``: final_state empty without ``output_final_state``; ``T`` ``[B, T, H_v,
     C]`` and ``G`` ``[B, T, H_v]`` the chunk inverses and log2 decays the 16-bit forward computed (kept for
-    the backward, which then skips recomputing them; the fp32 path returns them empty)."""
+    the backward, which then skips recomputing them; the fp32 path returns them empty). bf16 under the
+    interpreter (whose ``tl.dot`` on bf16 is wrong) runs the 16-bit path on fp32 operands and rounds o and
+    T to bf16 after, as the GPU stores them."""
     def no_tensor() -> torch.Tensor:  # a fresh one each time: custom-op outputs must not alias
         return empty((0,), dtype=torch.float32, device=v.device)
 
-    if q.dtype != torch.float32:
+    dtype = v.dtype
+    q, k, v = (interpreter_dot_operand(t) for t in (q, k, v))
+    if dtype != torch.float32:
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
         # kernel, whose fp32 dots the chunk-parallel ones cannot hold in registers (they spill ~4.8 KB).
         # the fused form: chunk inverses, then one scan that forms U and the output (no W, Ũ, U or chunk
@@ -93,7 +100,7 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                                                   chunk_size=chunk_size, write_strength=write_strength,
                                                   fuse_output=True)
         # the custom op's schema returns tensors: empty where there is none, as the fake says
-        return o, (final if final is not None else no_tensor()), saved["T"], saved["G"]
+        return o.to(dtype), (final if final is not None else no_tensor()), saved["T"].to(dtype), saved["G"]
     o, final = gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
                                        cu_seqlens, scale, chunk_size)
     return o, final, no_tensor(), no_tensor()
@@ -134,11 +141,18 @@ def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tenso
     chunk-parallel one, which is correct there at every size. ``chunk_T``/``chunk_G``: the forward's chunk
     inverses and log2 decays (or None/empty), which spare the chunk-parallel backward their recompute."""
     K, V = q.shape[-1], v.shape[-1]
+    dtype = q.dtype
+    if dtype != torch.float32 and not (interpreter_active() or {K, V} <= GPU_CHECKED_HEADS):
+        return gated_delta_prefill_bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens,
+                                       scale, chunk_size, need_dh0)
+    # bf16 under the interpreter: fp32 operands (its bf16 tl.dot is wrong), gradients rounded after
+    do, q, k, v, chunk_T = (interpreter_dot_operand(t) if t is not None else None for t in (do, q, k, v, chunk_T))
     args = (do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size, need_dh0)
-    if q.dtype == torch.float32 or not (interpreter_active() or {K, V} <= GPU_CHECKED_HEADS):
+    if dtype == torch.float32:
         return gated_delta_prefill_bwd(*args)
     saved = chunk_T is not None and chunk_G is not None and chunk_T.numel() > 0
-    return gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None)
+    out = gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None)
+    return [t.to(dtype) for t in out[:3]] + out[3:]
 
 
 def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size,
@@ -265,6 +279,32 @@ def _check_qkv(q: object, k: object, v: object, rank: int) -> None:
     _check_heads(q, v)
 
 
+def _check_slots(state_indices: torch.Tensor, slots: int) -> None:
+    """Validation mode only: live (non-negative) pool slots are ``< slots`` and distinct."""
+    if not validation_enabled():
+        return
+    check_index_values("state_indices", state_indices, 0, slots, mask=state_indices >= 0)
+    live = state_indices[state_indices >= 0].sort().values
+    twice = live[1:][live[1:] == live[:-1]]
+    if twice.numel():
+        raise ValueError(f"state_indices: expected distinct pool slots (two sequences on one slot race), got "
+                         f"slot {int(twice[0])} more than once")
+
+
+def _check_chunk_size(chunk_size: object) -> int:
+    """An integer (not a float equal to one, not a bool: the kernels take it as a compile-time size)."""
+    try:
+        if isinstance(chunk_size, bool):
+            raise TypeError
+        size = operator.index(chunk_size)
+    except TypeError:
+        raise TypeError(f"chunk_size: expected an int (16, 32 or 64), got {type(chunk_size).__name__} "
+                        f"{chunk_size!r}") from None
+    if size not in (16, 32, 64):
+        raise ValueError(f"chunk_size: expected 16, 32 or 64, got {size}")
+    return size
+
+
 def _scale(scale: object, K: int) -> float:
     return K ** -0.5 if scale is None else check_real("scale", scale)
 
@@ -293,12 +333,13 @@ def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
         beta: ``[B, H_v]`` erase (and write) strength in [0, 1]. With ``A_log`` it is the raw logit ``b``
             and ``beta = sigmoid(b)``.
         state: the pool ``[slots, H_v, V, K]`` float32 (unit K stride), updated IN PLACE.
-        state_indices: ``[B]`` int32/int64, the pool row of each sequence (default ``arange(B)``). A
-            negative index marks a padding row: its output is zero and no slot is touched. Indices must be
-            ``< slots`` and distinct (not checked on the host, which would cost a device sync; two rows on
-            one slot race).
+        state_indices: ``[B]`` int32/int64 (any stride), the pool row of each sequence (default
+            ``arange(B)``). A negative index marks a padding row (vLLM's ``PAD_SLOT_ID``): its output is
+            zero and no slot is touched. Live indices must be ``< slots`` and distinct: in validation mode
+            (:func:`kernelworks.validation`) a ValueError names a bad one; otherwise an index ``≥ slots`` is
+            skipped like padding (never a write outside the pool), and two rows on one slot race.
         scale: output scale, default ``K ** -0.5``.
-        A_log, dt_bias: ``[H_v]`` fused-gate parameters (Qwen3-Next's); ``dt_bias`` optional.
+        A_log, dt_bias: ``[H_v]`` fused-gate parameters (Qwen3-Next's; any stride); ``dt_bias`` optional.
         use_qk_l2norm: L2-normalise q and k in-kernel (``x / √(Σx² + 1e-6)``).
         write_strength: ``[B, H_v]`` a separate write strength ``dt`` (``S ← α S (I − β k kᵀ) + dt·v kᵀ``),
             used as given; ``beta`` when None.
@@ -330,6 +371,7 @@ def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
         check_dtype("state_indices", state_indices, _INDEX_DTYPES)
         _check_shape("state_indices", state_indices, (B,), "one pool row per sequence")
         check_same_device(("q", "state_indices"), (q, state_indices))
+        _check_slots(state_indices, state.shape[0])
     elif state.shape[0] < B:
         raise ValueError(f"state: without state_indices sequence b uses slot b, so the pool needs at least "
                          f"{B} slots, got {state.shape[0]}")
@@ -364,11 +406,15 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         initial_state: ``[N, H_v, V, K]`` float32, N = B (or the number of sequences with ``cu_seqlens``);
             zero when None. (Copied first when not contiguous.)
         output_final_state: also return each sequence's final state.
-        cu_seqlens: ``[N + 1]`` int32/int64 cumulative lengths of packed sequences, with ``B = 1``
-            (``cu_seqlens[0] = 0``, ``cu_seqlens[-1] = T``: not checked on the host, which would sync);
-            the state restarts at each sequence.
+        cu_seqlens: ``[N + 1]`` int32/int64 (any stride) cumulative lengths of packed sequences, with
+            ``B = 1``: sequence n is tokens ``[cu[n], cu[n + 1])``, the state restarting at each;
+            ``cu[0] = 0``, non-decreasing, ``cu[-1] ≤ T`` (tokens past it are padding: o and their
+            gradients are zero, and nothing in them reaches a sequence). Checked on the host in validation
+            mode (:func:`kernelworks.validation`: a ValueError names the bad entry); otherwise the kernels
+            clamp the entries into ``[0, T]`` and take a running maximum (an entry below the one before
+            it makes an empty sequence), so no value reaches memory outside the tensors.
         scale: output scale, default ``K ** -0.5``.
-        chunk_size: 16, 32 or 64 tokens per chunk (default 64). The chunk is a blocking choice (every size
+        chunk_size: an int, 16, 32 or 64 tokens per chunk (default 64). The chunk is a blocking choice (every size
             computes the same recurrence, up to rounding): on the GPU the 16-bit kernels always run
             64-token chunks (the sequential fp32 path 16); the interpreter runs the requested one.
         write_strength: ``[B, T, H_v]`` a separate write strength; ``beta`` when None.
@@ -403,6 +449,7 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             raise ValueError(f"cu_seqlens: expected at least 2 entries ([N + 1]), got {cu_seqlens.shape[0]}")
         if B != 1:
             raise ValueError(f"q: with cu_seqlens the sequences are packed into batch 1, got batch {B}")
+        check_offsets("cu_seqlens", cu_seqlens, T)
         n_seq = cu_seqlens.shape[0] - 1
     if initial_state is not None:
         check_tensor("initial_state", initial_state, min_dim=4, max_dim=4)
@@ -410,8 +457,7 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         check_same_device(("q", "initial_state"), (q, initial_state))
         _check_shape("initial_state", initial_state, (n_seq, H_v, V, K), "[N, H_v, V, K]")
         initial_state = initial_state.contiguous()
-    if isinstance(chunk_size, bool) or chunk_size not in (16, 32, 64):
-        raise ValueError(f"chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
+    chunk_size = _check_chunk_size(chunk_size)
     scale = _scale(scale, K)
     output_final_state = bool(output_final_state)
     o, final, _, _ = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,

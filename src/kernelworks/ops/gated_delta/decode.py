@@ -27,9 +27,9 @@ _EPS = tl.constexpr(L2NORM_EPS)
 @triton.jit
 def _gated_delta_decode_kernel(
     p_q, p_k, p_v, p_g, p_beta, p_w, p_A, p_dtb, p_state, p_idx, p_o,
-    s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_gb, s_gh, s_bb, s_bh, s_wb, s_wh,
-    s_sn, s_sh, s_sv, s_ob, s_oh,
-    scale, HV_PER_QK,
+    s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_gb, s_gh, s_bb, s_bh, s_wb, s_wh, s_A, s_dtb,
+    s_sn, s_sh, s_sv, s_idx, s_ob, s_oh,
+    scale, HV_PER_QK, N_SLOTS,
     K: tl.constexpr, V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, FUSED_GATE: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, HAS_W: tl.constexpr, HAS_INDICES: tl.constexpr, L2NORM: tl.constexpr,
 ):
@@ -37,7 +37,8 @@ def _gated_delta_decode_kernel(
 
     Grid ``(cdiv(V, BLOCK_V), H_v, B)``. q, k ``[B, H_qk, K]`` and v, o ``[B, H_v, V]`` (unit stride in the
     last dim), g, beta, w ``[B, H_v]``, A_log, dt_bias ``[H_v]``, state ``[slots, H_v, V, K]`` (unit K
-    stride), state_indices ``[B]``: pool row of sequence b, negative = padding (o = 0, state untouched).
+    stride), state_indices ``[B]``: pool row of sequence b; a slot outside ``[0, N_SLOTS)`` (negative:
+    padding) skips the sequence (o = 0, the pool untouched). 1-D tensors at their strides.
     With FUSED_GATE, g and beta hold the raw ``a`` and ``b``: ``g = −exp(A_log)·softplus(a + dt_bias)``,
     ``beta = σ(b)``. Everything in fp32; o rounded once at the store.
     """
@@ -46,9 +47,9 @@ def _gated_delta_decode_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_b = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK  # grouped value heads: integer division, never a product
-    slot = tl.load(p_idx + i_b).to(tl.int64) if HAS_INDICES else i_b
-    live = slot >= 0
-    slot = tl.maximum(slot, 0)  # padding rows load and store nothing (masked), but keep the address valid
+    slot = tl.load(p_idx + i_b * s_idx).to(tl.int64) if HAS_INDICES else i_b
+    live = (slot >= 0) & (slot < N_SLOTS)
+    slot = tl.where(live, slot, 0)  # skipped rows load and store nothing (masked), but keep the address valid
 
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < K
@@ -64,8 +65,8 @@ def _gated_delta_decode_kernel(
     if FUSED_GATE:
         x = b_g
         if HAS_DT_BIAS:
-            x += tl.load(p_dtb + i_h).to(tl.float32)
-        b_g = -tl.exp2(LOG2E * tl.load(p_A + i_h).to(tl.float32)) * softplus(x)
+            x += tl.load(p_dtb + i_h * s_dtb).to(tl.float32)
+        b_g = -tl.exp2(LOG2E * tl.load(p_A + i_h * s_A).to(tl.float32)) * softplus(x)
         b_beta = sigmoid(b_beta)
     b_w = tl.load(p_w + i_b * s_wb + i_h * s_wh).to(tl.float32) if HAS_W else b_beta
     if L2NORM:
@@ -112,14 +113,16 @@ def gated_delta_decode_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     o = empty((B, H_v, V), dtype=v.dtype, device=v.device)
     block_k, block_v, warps = _plan(B, H_v, K, V)
     w = write_strength if write_strength is not None else beta
+    A = A_log if A_log is not None else g  # unused pointers (constexpr-disabled) are stand-ins
+    dtb = dt_bias if dt_bias is not None else g
+    idx = state_indices if state_indices is not None else g
     grid = (cdiv(V, block_v), H_v, B)
     launch(_gated_delta_decode_kernel, grid,
-           q, k, v, g, beta, w, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g,
-           state, state_indices if state_indices is not None else g, o,
+           q, k, v, g, beta, w, A, dtb, state, idx, o,
            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-           g.stride(0), g.stride(1), beta.stride(0), beta.stride(1), w.stride(0), w.stride(1),
-           state.stride(0), state.stride(1), state.stride(2), o.stride(0), o.stride(1),
-           scale, H_v // H_qk,
+           g.stride(0), g.stride(1), beta.stride(0), beta.stride(1), w.stride(0), w.stride(1), A.stride(0),
+           dtb.stride(0), state.stride(0), state.stride(1), state.stride(2), idx.stride(0), o.stride(0), o.stride(1),
+           scale, H_v // H_qk, state.shape[0],
            num_warps=warps, K=K, V=V, BLOCK_K=block_k, BLOCK_V=block_v, FUSED_GATE=A_log is not None,
            HAS_DT_BIAS=dt_bias is not None, HAS_W=write_strength is not None,
            HAS_INDICES=state_indices is not None, L2NORM=bool(use_qk_l2norm))

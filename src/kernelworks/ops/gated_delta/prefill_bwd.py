@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops._math import LOG2E
+from kernelworks.ops.gated_delta.common import log2_gate, sequence_bounds, sequence_offsets, zero_gaps
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -79,8 +79,8 @@ def _chunk_states_kernel(
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
     if IS_VARLEN:
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1) - tl.load(p_cu + i_n)).to(tl.int32)
+        bos, eos = sequence_bounds(p_cu, i_n, T)
+        L = (eos - bos).to(tl.int32)
         coff = tl.load(p_coff + i_n).to(tl.int64)
         p_k += bos * s_kt
         p_v += bos * s_vt
@@ -122,7 +122,7 @@ def _chunk_states_kernel(
         b_k = tl.load(p_k + o_t[:, None] * s_kt + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
         b_v = tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
         DT = b_k.dtype
-        b_g = tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0).to(tl.float32) * LOG2E
+        b_g = log2_gate(tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0))
         b_beta = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
         b_G = tl.cumsum(b_g, axis=0)
@@ -162,10 +162,24 @@ def _gated_delta_prefill_bwd_kernel(
     i_h = tl.program_id(1).to(tl.int64)
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
+    o_k = tl.arange(0, BLOCK_K)
+    m_k = o_k < K
+    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    m_v = o_v < V
     if IS_VARLEN:
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1) - tl.load(p_cu + i_n)).to(tl.int32)
+        bos, eos = sequence_bounds(p_cu, i_n, T)
+        L = (eos - bos).to(tl.int32)
         coff = tl.load(p_coff + i_n).to(tl.int64)
+        # tokens no sequence covers reach no output: zero gradients (this program's V-block of partials)
+        i_vp = i_v.to(tl.int64)
+        o_1 = tl.arange(0, 1)
+        zero_gaps(p_dv + i_h * s_dvh, s_dvt, bos, eos, T, o_v, m_v, CHUNK)
+        zero_gaps(p_dq + i_vp * s_pp + i_h * s_ph, s_pt, bos, eos, T, o_k, m_k, CHUNK)
+        zero_gaps(p_dk + i_vp * s_pp + i_h * s_ph, s_pt, bos, eos, T, o_k, m_k, CHUNK)
+        zero_gaps(p_dg + i_vp * s_xp + i_h * s_xh, s_xt, bos, eos, T, o_1, o_1 < 1, CHUNK)
+        zero_gaps(p_dbeta + i_vp * s_xp + i_h * s_xh, s_xt, bos, eos, T, o_1, o_1 < 1, CHUNK)
+        if HAS_W:
+            zero_gaps(p_dw + i_vp * s_xp + i_h * s_xh, s_xt, bos, eos, T, o_1, o_1 < 1, CHUNK)
         p_q += bos * s_qt
         p_k += bos * s_kt
         p_v += bos * s_vt
@@ -213,10 +227,6 @@ def _gated_delta_prefill_bwd_kernel(
     p_dw += i_vp * s_xp + i_h * s_xh
     p_hs += i_h * s_sh
 
-    o_k = tl.arange(0, BLOCK_K)
-    m_k = o_k < K
-    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    m_v = o_v < V
     o_c = tl.arange(0, CHUNK)
     m_lower = o_c[:, None] > o_c[None, :]
     m_causal = o_c[:, None] >= o_c[None, :]
@@ -244,7 +254,7 @@ def _gated_delta_prefill_bwd_kernel(
         DT = b_k.dtype
         b_do = tl.load(p_do + o_t[:, None] * s_ot + o_v[None, :], mask=m_tv, other=0.0).to(DT)
         # rows past the sequence end: g = β = w = 0 and q = k = v = dO = 0, so they add nothing
-        b_g = tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0).to(tl.float32) * LOG2E
+        b_g = log2_gate(tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0))
         b_beta = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
 
@@ -371,6 +381,7 @@ def gated_delta_prefill_bwd(do: torch.Tensor, dht: torch.Tensor | None, q: torch
         # each sequence's first chunk-state row: an exclusive cumsum of cdiv(len, C) on the device (no
         # sync); Σ cdiv(len_n, C) ≤ cdiv(T, C) + N bounds the rows without reading the lengths
         nc = 0
+        cu_seqlens = sequence_offsets(cu_seqlens, T)  # clamped, non-decreasing: the rows below suffice
         lens = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64)
         per = torch.div(lens + chunk - 1, chunk, rounding_mode="floor")
         coff = (torch.cumsum(per, 0) - per).to(torch.int32)

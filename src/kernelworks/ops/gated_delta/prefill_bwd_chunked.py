@@ -43,6 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernelworks.ops.gated_delta.common import zero_gaps
 from kernelworks.ops.gated_delta.prefill_chunked import (
     _chunk_program,
     _dot32,
@@ -50,6 +51,7 @@ from kernelworks.ops.gated_delta.prefill_chunked import (
     _sequence_span,
     _varlen_chunks,
     chunked_prefill_fwd,
+    kernel_chunk,
 )
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
@@ -147,11 +149,13 @@ def _ut_inverse_blocked(b_A, C: tl.constexpr):
 @triton.jit
 def _dh_scan_kernel(
     p_q, p_k, p_G, p_W, p_T, p_beta, p_do, p_dht, p_cu, p_coff, p_dh, p_du, p_dh0,
+    p_dq, p_dk, p_dv, p_dg, p_dbeta, p_dw,
     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_bb, s_bt, s_bh, s_ob, s_ot, s_oh,
     T, NT, scale, HV_PER_QK,
     H_V: tl.constexpr, K: tl.constexpr, V: tl.constexpr, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr,
     SPLIT_STATE: tl.constexpr, W_FROM_T: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ZERO_GAPS: tl.constexpr = False, HAS_W: tl.constexpr = False,
 ):
     """Reverse scan of the state gradient. Per chunk (last first), with ``dS`` the gradient of the state
     at the chunk's end: store ``dS`` to ``dh[coff + j]``; ``dU = scale Pᵀ dO + K̂ dSᵀ`` → du;
@@ -165,6 +169,11 @@ def _dh_scan_kernel(
     the forward's chunk-start states); du ``[B, T, H_v, V]`` in the input dtype. ``dS`` is held transposed (``[K,
     BLOCK_V]``): the B operand of ``K̂ dSᵀ`` as it stands, and its update ``(γ⊙Q)ᵀ dO − Wᵀ dU`` has K = 128
     rows (a wgmma tile).
+
+    ZERO_GAPS (varlen): the final gradients dq, dk, dv ``[B, T, H_v, K or V]`` and dg, dbeta, dw (HAS_W)
+    ``[B, T, H_v]`` (contiguous) get zeros in the rows no sequence covers (before ``cu[0]``, past ``cu[N]``:
+    their tokens reach no output), written by the first and last sequence's programs; the chunk kernels
+    write every covered row.
     """
     i_v = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
@@ -191,6 +200,17 @@ def _dh_scan_kernel(
     m_upper = o_c[None, :] >= o_c[:, None]   # Pᵀ[s, t] lives at t ≥ s
     m_hk = m_k[:, None] & m_v[None, :]
     o_hk = o_v[None, :] * K + o_k[:, None]   # dSᵀ [K, BLOCK_V] over K-contiguous [V, K] rows
+    if ZERO_GAPS:
+        eos = bos + L
+        zero_gaps(p_dv + i_h * V, H_V * V, bos, eos, T, o_v, m_v, CHUNK)
+        if i_v == 0:
+            zero_gaps(p_dq + i_h * K, H_V * K, bos, eos, T, o_k, m_k, CHUNK)
+            zero_gaps(p_dk + i_h * K, H_V * K, bos, eos, T, o_k, m_k, CHUNK)
+            o_1 = tl.arange(0, 1)
+            zero_gaps(p_dg + i_h, H_V, bos, eos, T, o_1, o_1 < 1, CHUNK)
+            zero_gaps(p_dbeta + i_h, H_V, bos, eos, T, o_1, o_1 < 1, CHUNK)
+            if HAS_W:
+                zero_gaps(p_dw + i_h, H_V, bos, eos, T, o_1, o_1 < 1, CHUNK)
     if HAS_DHT:
         b_dst = tl.load(p_dht + (i_n * H_V + i_h) * (V * K) + o_hk, mask=m_hk, other=0.0)
     else:
@@ -554,11 +574,14 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     plan = _plan(K, V)
     is_16bit = q.dtype != torch.float32  # fp32 tiles as 16-bit dot operands are split hi + lo (where planned)
     states_dt = dt if plan.states_16bit else torch.float32
+    # the varlen chunk tables once (the recompute takes them too): cu as the kernels read it, clamped
+    tables = _varlen_chunks(cu_seqlens, kernel_chunk(chunk_size), T) if cu_seqlens is not None else None
     # 0. the forward's intermediates: G, T, chunk-start states, U (and W, unless the scan forms U from T)
     _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                       output_final_state=False, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
                                       write_strength=write_strength, fuse_output=False, need_output=False,
-                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt, inverses=inverses)
+                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt, inverses=inverses,
+                                      chunk_tables=tables)
     chunk, G, W, Tm, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["T"], saved["h"], saved["v_new"]
     if cu_seqlens is None:
         nt = cdiv(T, chunk)
@@ -566,8 +589,8 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
         cs = ce = cu = coff = G  # unused pointers (constexpr-disabled)
     else:
         nt = 0
-        coff, cs, ce, n_slots = _varlen_chunks(cu_seqlens, chunk, T)
-        cu, slots_per_row = cu_seqlens, n_slots
+        cu, coff, cs, ce, n_slots = tables
+        slots_per_row = n_slots
     if do.stride(-1) != 1:
         do = do.contiguous()
     is_varlen = cu_seqlens is not None
@@ -578,21 +601,30 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     dh0 = empty((n_seq, H_v, V, K) if need_dh0 else (0,), dtype=torch.float32, device=dev)
     if dht is not None:
         dht = dht.contiguous()
+    # the gradients (the scan zeroes their rows outside every sequence; the chunk kernels write the rest)
+    dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
+    dk = empty((B, T, H_v, K), dtype=dt if plan.dk_16bit else torch.float32, device=dev)
+    # dk: fp32 per value head when grouped heads are summed after; the WY kernel may write over its input
+    dk_dt = torch.float32 if ratio > 1 else k.dtype
+    dk_out = dk if dk.dtype == dk_dt else empty((B, T, H_v, K), dtype=dk_dt, device=dev)
+    dv = empty((B, T, H_v, V), dtype=dt, device=dev)
+    dg = empty((B, T, H_v), dtype=g.dtype, device=dev)
+    dbeta = empty((B, T, H_v), dtype=beta.dtype, device=dev)
+    dw = empty((B, T, H_v), dtype=write_strength.dtype, device=dev) if write_strength is not None else dg
     launch(_dh_scan_kernel, (cdiv(V, plan.BLOCK_V_SCAN), H_v, n_seq),
            q, k, G, W if W is not None else G, Tm, beta, do, dht if dht is not None else dh0, cu, coff, dh, du, dh0,
+           dq, dk_out, dv, dg, dbeta, dw,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
            beta.stride(0), beta.stride(1), beta.stride(2), do.stride(0), do.stride(1), do.stride(2),
            T, nt, scale, ratio,
            num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
            BLOCK_K=plan.BLOCK_K, BLOCK_V=plan.BLOCK_V_SCAN, IS_VARLEN=is_varlen, HAS_DHT=dht is not None,
            STORE_DH0=need_dh0, SPLIT_STATE=is_16bit and plan.split_state, W_FROM_T=W is None,
-           DOT_PRECISION=plan.DOT_PRECISION)
+           DOT_PRECISION=plan.DOT_PRECISION, ZERO_GAPS=is_varlen, HAS_W=write_strength is not None)
 
     # 2. dq, the direct part of dk, dW, the P/γ/K̂/γ_C shares of dG (in K_SPLIT parts)
     grid = (slots_per_row, H_v, B)
     n_split = plan.K_SPLIT
-    dq = empty((B, T, H_v, K), dtype=q.dtype if ratio == 1 else torch.float32, device=dev)
-    dk = empty((B, T, H_v, K), dtype=dt if plan.dk_16bit else torch.float32, device=dev)
     dW = empty((B, T, H_v, K), dtype=dt, device=dev)
     dG = empty((n_split, B, T, H_v), dtype=torch.float32, device=dev)
     launch(_dqkwg_kernel, (slots_per_row * n_split, H_v, B),
@@ -606,13 +638,6 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
 
     # 3. the WY backward: dv, dw, dβ, the rest of dk, dg
     w = write_strength if write_strength is not None else beta
-    # dk: fp32 per value head when grouped heads are summed after; the WY kernel may write over its input
-    dk_dt = torch.float32 if ratio > 1 else k.dtype
-    dk_out = dk if dk.dtype == dk_dt else empty((B, T, H_v, K), dtype=dk_dt, device=dev)
-    dv = empty((B, T, H_v, V), dtype=dt, device=dev)
-    dg = empty((B, T, H_v), dtype=g.dtype, device=dev)
-    dbeta = empty((B, T, H_v), dtype=beta.dtype, device=dev)
-    dw = empty((B, T, H_v), dtype=write_strength.dtype, device=dev) if write_strength is not None else dg
     launch(_wy_bwd_kernel, grid,
            k, v, beta, w, G, Tm, du, dW, dk, dG, cs, ce, dk_out, dv, dg, dbeta, dw,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),

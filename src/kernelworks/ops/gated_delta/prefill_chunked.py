@@ -40,7 +40,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops._math import LOG2E
+from kernelworks.ops.gated_delta.common import (
+    FLT_MAX,
+    causal_dot,
+    log2_gate,
+    sequence_bounds,
+    sequence_offsets,
+    zero_gaps,
+)
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -51,10 +58,11 @@ from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 @triton.jit
 def _chunk_span(p_cs, p_ce, i_c, T, CHUNK: tl.constexpr, IS_VARLEN: tl.constexpr):
     """``(t0, n)``: the chunk's first token (in its batch row) and how many tokens its sequence has from
-    there on (≥ CHUNK for all but a sequence's last chunk; 0 for a varlen slot past the last chunk)."""
+    there on (≥ CHUNK for all but a sequence's last chunk; 0 for a varlen slot past the last chunk). The
+    table's values are clamped into ``[0, T]`` (``0 ≤ t0 ≤ t0 + n ≤ T`` whatever they hold)."""
     if IS_VARLEN:
-        t0 = tl.load(p_cs + i_c).to(tl.int64)
-        n = (tl.load(p_ce + i_c).to(tl.int64) - t0).to(tl.int32)
+        t0 = tl.minimum(tl.maximum(tl.load(p_cs + i_c).to(tl.int64), 0), T)
+        n = (tl.minimum(tl.maximum(tl.load(p_ce + i_c).to(tl.int64), t0), T) - t0).to(tl.int32)
     else:
         t0 = i_c.to(tl.int64) * CHUNK
         n = (T - t0).to(tl.int32)
@@ -82,11 +90,12 @@ def _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN: tl.constexpr):
     """Where sequence ``i_n`` of a scan grid lies: ``(i_b, bos, L, coff)`` — its batch row and first token
     in that row (int64: B·T·H·K passes 2^31 at long contexts), its length (int32) and its first chunk-state
     row. Dense: row ``i_n``, tokens ``[0, T)``, chunks from ``i_n · NT``; varlen (B = 1): tokens
-    ``[cu[n], cu[n + 1])``, chunks from ``coff[n]``."""
+    ``[cu[n], cu[n + 1])`` (clamped: :func:`~kernelworks.ops.gated_delta.common.sequence_bounds`), chunks
+    from ``coff[n]``."""
     if IS_VARLEN:
         i_b = i_n * 0
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        bos, eos = sequence_bounds(p_cu, i_n, T)
+        L = (eos - bos).to(tl.int32)
         coff = tl.load(p_coff + i_n).to(tl.int64)
     else:
         i_b = i_n
@@ -140,6 +149,12 @@ def _a_block(b_ki, b_kj, b_Gi, b_Gj, b_bi, DIAG: tl.constexpr, SUB: tl.constexpr
         m = o[:, None] > o[None, :]
         return tl.where(m, b_kk * tl.exp2(tl.where(m, b_dG, 0.0)) * b_bi[:, None], 0.0)
     return b_kk * tl.exp2(b_dG) * b_bi[:, None]
+
+
+@triton.jit
+def _finite(b_A):
+    """``b_A`` with its non-finite entries zeroed."""
+    return tl.where(tl.abs(b_A) <= FLT_MAX, b_A, 0.0)
 
 
 @triton.jit
@@ -207,10 +222,10 @@ def _chunk_inverse_kernel(
     b_k2 = tl.load(p_k + o_t2[:, None] * s_kt + o_k[None, :], mask=m_t2[:, None] & m_k[None, :], other=0.0)
     b_k3 = tl.load(p_k + o_t3[:, None] * s_kt + o_k[None, :], mask=m_t3[:, None] & m_k[None, :], other=0.0)
     DT = b_k0.dtype
-    b_g0 = tl.load(p_g + o_t0 * s_gt, mask=m_t0, other=0.0).to(tl.float32) * LOG2E
-    b_g1 = tl.load(p_g + o_t1 * s_gt, mask=m_t1, other=0.0).to(tl.float32) * LOG2E
-    b_g2 = tl.load(p_g + o_t2 * s_gt, mask=m_t2, other=0.0).to(tl.float32) * LOG2E
-    b_g3 = tl.load(p_g + o_t3 * s_gt, mask=m_t3, other=0.0).to(tl.float32) * LOG2E
+    b_g0 = log2_gate(tl.load(p_g + o_t0 * s_gt, mask=m_t0, other=0.0))
+    b_g1 = log2_gate(tl.load(p_g + o_t1 * s_gt, mask=m_t1, other=0.0))
+    b_g2 = log2_gate(tl.load(p_g + o_t2 * s_gt, mask=m_t2, other=0.0))
+    b_g3 = log2_gate(tl.load(p_g + o_t3 * s_gt, mask=m_t3, other=0.0))
     b_b0 = tl.load(p_beta + o_t0 * s_bt, mask=m_t0, other=0.0).to(tl.float32)
     b_b1 = tl.load(p_beta + o_t1 * s_bt, mask=m_t1, other=0.0).to(tl.float32)
     b_b2 = tl.load(p_beta + o_t2 * s_bt, mask=m_t2, other=0.0).to(tl.float32)
@@ -236,6 +251,12 @@ def _chunk_inverse_kernel(
     b_A20 = _a_block(b_k2, b_k0, b_G2, b_G0, b_b2, False, SUB, DOT_PRECISION)
     b_A31 = _a_block(b_k3, b_k1, b_G3, b_G1, b_b3, False, SUB, DOT_PRECISION)
     b_A30 = _a_block(b_k3, b_k0, b_G3, b_G0, b_b3, False, SUB, DOT_PRECISION)
+    # causality: the inverse runs on finite blocks (non-finite entries zeroed), so a NaN or inf in a token
+    # never reaches an earlier row of T through a product's zero (T's rows from there on are then finite
+    # but meaningless: the scan's products make those outputs NaN, ``_state_pass_kernel``)
+    b_A00, b_A11, b_A22, b_A33 = _finite(b_A00), _finite(b_A11), _finite(b_A22), _finite(b_A33)
+    b_A10, b_A21, b_A32 = _finite(b_A10), _finite(b_A21), _finite(b_A32)
+    b_A20, b_A31, b_A30 = _finite(b_A20), _finite(b_A31), _finite(b_A30)
     # T = (I + A)⁻¹: the diagonal blocks, then the off-diagonal ones a sub-diagonal at a time; each block
     # rounded to the operand dtype (as every chunked implementation does) and stored as soon as it is
     # final, the blocks above the diagonal as zeros so the next kernel loads T as one [C, C] tile
@@ -310,11 +331,11 @@ def _chunk_wy_kernel(
     b_k = tl.load(p_k + o_t[:, None] * s_kt + o_k[None, :], mask=m_tk, other=0.0)
     DT = b_k.dtype
     b_y = (b_k * (b_b * tl.exp2(b_G))[:, None]).to(DT)
-    b_W = tl.dot(b_T, b_y, input_precision=DOT_PRECISION)
+    b_W = causal_dot(b_T, b_y, None, DOT_PRECISION)
     tl.store(p_W + o_t[:, None] * (H_V * K) + o_k[None, :], b_W.to(DT), mask=m_tk)
     b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_b
     b_x = (tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0) * b_w[:, None]).to(DT)
-    b_U = tl.dot(b_T, b_x, input_precision=DOT_PRECISION)
+    b_U = causal_dot(b_T, b_x, None, DOT_PRECISION)
     tl.store(p_U + o_t[:, None] * (H_V * V) + o_v[None, :], b_U.to(DT), mask=m_tv)
 
 
@@ -334,6 +355,44 @@ def _output_state_part(p_q_tile, m_tk, b_G, b_s_hi, b_s_lo, SPLIT_O: tl.constexp
 
 
 @triton.jit
+def _u_from_t(p_T, p_beta, p_w, p_v, b_k, b_G, b_s_hi, b_s_lo, o_t, o_c, o_v, m_t, m_tv, s_bt, s_wt, s_vt,
+              H_V: tl.constexpr, CHUNK: tl.constexpr, HAS_W: tl.constexpr, SPLIT_STATE: tl.constexpr,
+              DOT_PRECISION: tl.constexpr, CAUSAL: tl.constexpr, CHECKED: tl.constexpr = True):
+    """``U = T [(w ⊙ V) − (2^G β ⊙ K) S₀ᵀ]`` fp32 ``[C, BLOCK_V]`` for one chunk (the scan's FUSE_WY form),
+    T's product causal (``common.causal_dot``: CHECKED or exact) or plain. Rows past the sequence end: T,
+    β, w, v load as 0."""
+    DT = b_k.dtype
+    b_T = tl.load(p_T + o_t[:, None] * (H_V * CHUNK) + o_c[None, :], mask=m_t[:, None], other=0.0)
+    b_bt = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
+    b_ws = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_bt
+    b_y = (b_k * (b_bt * tl.exp2(b_G))[:, None]).to(DT)
+    b_x = tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
+    b_d = b_x * b_ws[:, None] - tl.dot(b_y, b_s_hi, input_precision=DOT_PRECISION)
+    if SPLIT_STATE:
+        b_d -= tl.dot(b_y, b_s_lo, input_precision=DOT_PRECISION)
+    return causal_dot(b_T, b_d, None, DOT_PRECISION, CAUSAL, CHECKED)
+
+
+@triton.jit
+def _intra_chunk_output(b_q, b_k, b_G, b_u, b_o, m_p, DOT_PRECISION: tl.constexpr, EXACT: tl.constexpr):
+    """``b_o + (Q Kᵀ ⊙ 2^{G_t − G_s})_{m_p} U``: the chunk's own share of its output (exponents masked
+    before exp2: above the diagonal and past the end they would be > 0), the product exactly causal or
+    plain."""
+    b_qk = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION)
+    b_p = tl.where(m_p, b_qk * tl.exp2(tl.where(m_p, b_G[:, None] - b_G[None, :], 0.0)), 0.0).to(b_k.dtype)
+    return causal_dot(b_p, b_u, b_o, DOT_PRECISION, EXACT, False)
+
+
+@triton.jit
+def _finite_rows(p, s_t, lo, hi, o_col, m_col, CHUNK: tl.constexpr):
+    """Whether rows ``[lo, hi)`` (at most CHUNK of them, ``s_t`` apart) of ``p`` hold only finite values
+    at columns ``o_col`` (``x · 0`` is NaN otherwise: one sum)."""
+    o_t = lo + tl.arange(0, CHUNK)
+    b_x = tl.load(p + o_t[:, None] * s_t + o_col[None, :], mask=(o_t < hi)[:, None] & m_col[None, :], other=0.0)
+    return tl.sum(tl.sum(b_x.to(tl.float32) * 0.0, 1), 0) == 0.0
+
+
+@triton.jit
 def _state_pass_kernel(
     p_q, p_k, p_v, p_beta, p_w, p_G, p_T, p_W, p_U, p_h0, p_ht, p_cu, p_coff, p_hs, p_vn, p_o,
     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_bb, s_bt, s_bh, s_wb, s_wt, s_wh, s_ob, s_ot, s_oh,
@@ -342,7 +401,8 @@ def _state_pass_kernel(
     BLOCK_V: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     STORE_HS: tl.constexpr, FUSE_O: tl.constexpr, FUSE_WY: tl.constexpr, HAS_W: tl.constexpr,
     SPLIT_STATE: tl.constexpr, SPLIT_O: tl.constexpr, DOT_PRECISION: tl.constexpr, LATE_O: tl.constexpr = False,
-    STORE_VN: tl.constexpr = True,
+    STORE_VN: tl.constexpr = True, ZERO_O: tl.constexpr = False, CAUSAL: tl.constexpr = True,
+    EXACT: tl.constexpr = False,
 ):
     """The sequential scan: per chunk ``U = Ũ − W S₀ᵀ`` ``[C, BLOCK_V]``, ``S_C = 2^{G_C} S₀ +
     (2^{G_C − G} ⊙ U)ᵀ K``; FUSE_O: ``O = scale [(2^G ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t − G_s}) U]`` too;
@@ -356,13 +416,33 @@ def _state_pass_kernel(
     strides); G, T, W, U, vn the K1/K2 intermediates (contiguous ``[B, T, H_v, ·]``); h0/ht ``[N, H_v, V,
     K]``, hs ``[n_chunks, H_v, V, K]`` fp32 contiguous. The state, transposed (``Sᵀ [K, BLOCK_V]``), stays
     fp32 in registers; where it is a 16-bit dot operand it may be split hi + lo (two dots) so its products
-    keep ~16 mantissa bits.
+    keep ~16 mantissa bits. ZERO_O (varlen): o's rows outside every sequence are written as zeros (by the
+    first and last sequence's programs; K3 or this kernel write the rest).
+
+    Causality (CAUSAL: wherever an output is made) — the products over a chunk's tokens, ``T (…)`` and
+    ``P U``, must not carry a NaN or inf of token t to rows before t, which the plain ``tl.dot`` does
+    (``0 · NaN = NaN``; ``common.causal_dot``). Without FUSE_O U's product is causal (a checked one: exact
+    only in a tile with a non-finite entry). With FUSE_O (the public forward) the products stay plain (the
+    scan sits at the register limit: a check inside it spills). Only a non-finite entry of some chunk's U
+    can leak, and it leaves a NaN or inf in the state's column for good (``0 · NaN`` is NaN too), so in
+    the output of the sequence's last chunk; a second launch with EXACT reads each program's last output
+    chunk and, only where it is not finite, redoes the scan with every product exact, over the outputs
+    (bit-equal where nothing was non-finite). Clean inputs cost that launch: each program reads one
+    ``[C, BLOCK_V]`` tile of o and leaves.
     """
     i_v = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK
     i_b, bos, L, coff = _sequence_span(p_cu, p_coff, i_n, T, NT, IS_VARLEN)
+    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    m_v = o_v < V
+    if EXACT:  # noqa: SIM102  (compile-time, then a runtime branch: the first pass left nothing to redo)
+        if _finite_rows(p_o + i_b * s_ob + i_h * s_oh, s_ot, tl.maximum(bos + L - CHUNK, bos), bos + L, o_v, m_v,
+                        CHUNK):
+            return
+    if ZERO_O and not EXACT:
+        zero_gaps(p_o + i_h * s_oh, s_ot, bos, bos + L, T, o_v, m_v, CHUNK)
     p_q += i_b * s_qb + bos * s_qt + i_hq * s_qh
     p_k += i_b * s_kb + bos * s_kt + i_hq * s_kh
     p_o += i_b * s_ob + bos * s_ot + i_h * s_oh
@@ -380,8 +460,6 @@ def _state_pass_kernel(
 
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < K
-    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    m_v = o_v < V
     o_c = tl.arange(0, CHUNK)
     m_causal = o_c[:, None] >= o_c[None, :]
     # the state is held transposed, Sᵀ [BLOCK_K, BLOCK_V]: it is then the B operand of W S₀ᵀ and Q S₀ᵀ as
@@ -426,17 +504,10 @@ def _state_pass_kernel(
         if FUSE_WY:
             # U = T (w ⊙ V) − T (βγ ⊙ K) S₀ᵀ = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]: T applied after the state's share is
             # subtracted, so W = T (βγ ⊙ K) [C, K] is never formed (one [C, C] × [C, BLOCK_V] dot instead of
-            # a [C, C] × [C, K] one and its fp32 [C, K] accumulator), the difference rounded once. Rows past
-            # the sequence end: T, β, w, v load as 0.
-            b_T = tl.load(p_T + o_t[:, None] * (H_V * CHUNK) + o_c[None, :], mask=m_t[:, None], other=0.0)
-            b_bt = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
-            b_ws = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_bt
-            b_y = (b_k * (b_bt * tl.exp2(b_G))[:, None]).to(DT)
-            b_x = tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
-            b_d = b_x * b_ws[:, None] - tl.dot(b_y, b_s_hi, input_precision=DOT_PRECISION)
-            if SPLIT_STATE:
-                b_d -= tl.dot(b_y, b_s_lo, input_precision=DOT_PRECISION)
-            b_u = tl.dot(b_T, b_d.to(DT), input_precision=DOT_PRECISION)
+            # a [C, C] × [C, K] one and its fp32 [C, K] accumulator), the difference rounded once
+            b_u = _u_from_t(p_T, p_beta, p_w, p_v, b_k, b_G, b_s_hi, b_s_lo, o_t, o_c, o_v, m_t, m_tv, s_bt, s_wt,
+                            s_vt, H_V, CHUNK, HAS_W, SPLIT_STATE, DOT_PRECISION, EXACT or (CAUSAL and not FUSE_O),
+                            not EXACT)
         else:
             b_u -= tl.dot(b_wk, b_s_hi, input_precision=DOT_PRECISION)
             if SPLIT_STATE:
@@ -452,11 +523,9 @@ def _state_pass_kernel(
             if LATE_O:  # q loaded only now: fewer live registers across the U products (no spill)
                 b_q, b_o = _output_state_part(p_q + o_t[:, None] * s_qt + o_k[None, :], m_tk, b_G, b_s_hi,
                                               b_s_lo, SPLIT_O, DOT_PRECISION)
-            b_qk = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION)
             # rows past the end load G = 0: masked too (their G_t − G_s > 0 would overflow)
             m_p = m_causal & m_t[:, None]
-            b_p = tl.where(m_p, b_qk * tl.exp2(tl.where(m_p, b_G[:, None] - b_G[None, :], 0.0)), 0.0).to(DT)
-            b_o = tl.dot(b_p, b_u, b_o, input_precision=DOT_PRECISION)
+            b_o = _intra_chunk_output(b_q, b_k, b_G, b_u, b_o, m_p, DOT_PRECISION, EXACT)
             tl.store(p_o + o_t[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
         elif STORE_VN:
             tl.store(p_vn + o_t[:, None] * (H_V * V) + o_v[None, :], b_u, mask=m_tv)
@@ -529,7 +598,7 @@ def _chunk_output_kernel(
     b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
     if SPLIT_STATE:
         b_o = tl.dot(b_qg, (b_s_t - b_s_hi.to(tl.float32)).to(DT), b_o, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_p, b_u, b_o, input_precision=DOT_PRECISION)
+    b_o = causal_dot(b_p, b_u, b_o, DOT_PRECISION)
     tl.store(p_o + o_c[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
 
 
@@ -623,13 +692,16 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
                  split_scan=False, inv_precision="tf32")
 
 
-def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.Tensor, ...]:
-    """``(coff [N], cs [n_slots], ce [n_slots], n_slots)`` on the device, with no host sync: sequence n's
-    chunks are slots ``coff[n] …`` (exclusive cumsum of ``cdiv(len, C)``); slot i covers tokens ``[cs[i],
-    min(cs[i] + C, ce[i]))``. ``n_slots = cdiv(T, C) + N`` bounds the chunk count without reading the
-    lengths; the slots past the last chunk get ``cs = ce = 0`` (no tokens: their programs store nothing)."""
+def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple:
+    """``(cu, coff [N], cs [n_slots], ce [n_slots], n_slots)`` on the device, with no host sync: ``cu`` the
+    table the kernels read (:func:`~kernelworks.ops.gated_delta.common.sequence_offsets`: clamped into
+    ``[0, T]``, non-decreasing, so the sequences are disjoint); sequence n's chunks are slots ``coff[n] …``
+    (exclusive cumsum of ``cdiv(len, C)``); slot i covers tokens ``[cs[i], min(cs[i] + C, ce[i]))``.
+    ``n_slots = cdiv(T, C) + N`` bounds the chunk count of any such table without reading the lengths; the
+    slots past the last chunk get ``cs = ce = 0`` (no tokens: their programs store nothing)."""
     n_seq = cu_seqlens.shape[0] - 1
-    cu = cu_seqlens.to(torch.int64)
+    cu_kernel = sequence_offsets(cu_seqlens, T)
+    cu = cu_kernel.to(torch.int64)
     per = torch.div(cu[1:] - cu[:-1] + chunk - 1, chunk, rounding_mode="floor")
     cend = torch.cumsum(per, 0)
     coff = cend - per
@@ -640,7 +712,7 @@ def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple[torch.
     seq = seq.clamp(max=n_seq - 1)
     cs = torch.where(live, cu[seq] + (slot - coff[seq]) * chunk, 0).to(torch.int32)
     ce = torch.where(live, cu[seq + 1], 0).to(torch.int32)
-    return coff.to(torch.int32), cs, ce, n_slots
+    return cu_kernel, coff.to(torch.int32), cs, ce, n_slots
 
 
 def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -708,8 +780,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         slots_per_row = nt
     else:
         nt = 0
-        coff, cs, ce, n_slots = chunk_tables if chunk_tables is not None else _varlen_chunks(cu_seqlens, chunk, T)
-        cu, coff_arg = cu_seqlens, coff
+        cu, coff, cs, ce, n_slots = chunk_tables if chunk_tables is not None else _varlen_chunks(cu_seqlens, chunk, T)
+        coff_arg = coff
         slots_per_row = n_slots
 
     if inverses is not None:
@@ -756,18 +828,23 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     vn = empty((B, T, H_v, V) if not (fuse_output or final_only) else (0,), dtype=dt, device=dev)
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
-    launch(_state_pass_kernel, (n_v, H_v, n_seq),
-           q, k, v, beta, w, G, Tm, W, U, h0, ht, cu, coff_arg, hs, vn if not fuse_output else o, o,
-           q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-           v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
-           w.stride(0), w.stride(1), w.stride(2), o.stride(0), o.stride(1), o.stride(2),
-           T, nt, scale, H_v // H_qk,
-           num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
-           BLOCK_K=block_k, BLOCK_V=block_v,
-           IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
-           STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy, HAS_W=write_strength is not None,
-           SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
-           DOT_PRECISION=precision, LATE_O=plan.late_out, STORE_VN=not final_only)
+    # fused: a second launch redoes, with exactly causal products, only the programs whose last output
+    # chunk is not finite (the kernel's docstring): no NaN or inf reaches an earlier output
+    for exact in (False, True) if fuse_output else (False,):
+        launch(_state_pass_kernel, (n_v, H_v, n_seq),
+               q, k, v, beta, w, G, Tm, W, U, h0, ht, cu, coff_arg, hs, vn if not fuse_output else o, o,
+               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
+               w.stride(0), w.stride(1), w.stride(2), o.stride(0), o.stride(1), o.stride(2),
+               T, nt, scale, H_v // H_qk,
+               num_warps=plan.warps_scan, num_stages=plan.stages_scan, H_V=H_v, K=K, V=V, CHUNK=chunk,
+               BLOCK_K=block_k, BLOCK_V=block_v,
+               IS_VARLEN=cu_seqlens is not None, HAS_H0=initial_state is not None,
+               STORE_HT=output_final_state, STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy,
+               HAS_W=write_strength is not None,
+               SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
+               DOT_PRECISION=precision, LATE_O=plan.late_out, STORE_VN=not final_only,
+               ZERO_O=cu_seqlens is not None and need_output, CAUSAL=need_output, EXACT=exact)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
                q, k, G, hs, vn, cs, ce, o,

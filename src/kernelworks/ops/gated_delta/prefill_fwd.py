@@ -15,7 +15,9 @@ i.e. ``(I + A) U = diag(w) V − diag(βγ) K S_0ᵀ`` with ``A`` strictly lower
     O = scale · [ (γ ⊙ Q) S_0ᵀ + (Q Kᵀ ⊙ e^{G_t − G_s})_{s ≤ t} U ]
     S_C = γ_C S_0 + Uᵀ (e^{G_C − G} ⊙ K)
 
-Every exponent formed is ≤ 0 for g ≤ 0 (``G_t − G_s`` only where ``t ≥ s``), so nothing overflows.
+Every exponent formed is ≤ 0 for g ≤ 0 (``G_t − G_s`` only where ``t ≥ s``), so nothing overflows; g is
+floored (``common.log2_gate``: −inf is a reset, not a NaN), and the three products over the chunk's tokens
+(``T ·``, ``P U``) are causal (``common.causal_dot``: a NaN or inf in token t reaches no output before t).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops._math import LOG2E
+from kernelworks.ops.gated_delta.common import causal_dot, log2_gate, sequence_bounds, sequence_offsets, zero_gaps
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -44,7 +46,8 @@ def _gated_delta_prefill_fwd_kernel(
 
     Grid ``(cdiv(V, BLOCK_V), H_v, N)``. q, k ``[B, T, H_qk, K]``; v, o ``[B, T, H_v, V]``; g, beta, w
     ``[B, T, H_v]`` (any strides, unit stride in the last dim of q, k, v, o); h0, ht ``[N, H_v, V, K]``
-    (unit K stride). Dense: sequence n is batch row n (N = B). Varlen: B = 1 and cu_seqlens ``[N + 1]``.
+    (unit K stride). Dense: sequence n is batch row n (N = B). Varlen: B = 1 and cu_seqlens ``[N + 1]``
+    (bounds clamped into ``[0, T]``; o's rows outside every sequence written as zeros).
     The state ``[BLOCK_V, K]`` stays in fp32 registers from the first chunk to the last.
     """
     i_v = tl.program_id(0)
@@ -52,9 +55,12 @@ def _gated_delta_prefill_fwd_kernel(
     i_n = tl.program_id(2).to(tl.int64)
     i_hq = i_h // HV_PER_QK  # grouped value heads: integer division, never a product
     # int64 bases: B·T·H·K passes 2^31 at long contexts
+    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    m_v = o_v < V
     if IS_VARLEN:
-        bos = tl.load(p_cu + i_n).to(tl.int64)
-        L = (tl.load(p_cu + i_n + 1) - tl.load(p_cu + i_n)).to(tl.int32)
+        bos, eos = sequence_bounds(p_cu, i_n, T)
+        L = (eos - bos).to(tl.int32)
+        zero_gaps(p_o + i_h * s_oh, s_ot, bos, eos, T, o_v, m_v, CHUNK)
         p_q += bos * s_qt
         p_k += bos * s_kt
         p_v += bos * s_vt
@@ -82,8 +88,6 @@ def _gated_delta_prefill_fwd_kernel(
 
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < K
-    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    m_v = o_v < V
     o_c = tl.arange(0, CHUNK)
     m_lower = o_c[:, None] > o_c[None, :]     # strictly lower: A (the UT transform)
     m_causal = o_c[:, None] >= o_c[None, :]   # lower with the diagonal: the intra-chunk output
@@ -106,7 +110,7 @@ def _gated_delta_prefill_fwd_kernel(
         b_v = tl.load(p_v + o_t[:, None] * s_vt + o_v[None, :], mask=m_tv, other=0.0)
         DT = b_k.dtype
         # rows past the sequence end: g = β = w = 0, so they neither decay nor write (u = 0 there)
-        b_g = tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0).to(tl.float32) * LOG2E
+        b_g = log2_gate(tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0))
         b_beta = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
         b_G = tl.cumsum(b_g, axis=0)          # log2 of the decay since the chunk start, fp32, ≤ 0
@@ -132,8 +136,8 @@ def _gated_delta_prefill_fwd_kernel(
         if SPLIT_STATE:
             b_s_lo = (b_s_t - b_s_hi.to(tl.float32)).to(DT)
         # W = T (βγ ⊙ K) [C, K];  U = T (w ⊙ V) − W S₀ᵀ [C, BV]
-        b_wk = tl.dot(b_T, (b_k * (b_beta * b_gamma)[:, None]).to(DT), input_precision=DOT_PRECISION).to(DT)
-        b_u = tl.dot(b_T, (b_v * b_w[:, None]).to(DT), input_precision=DOT_PRECISION)
+        b_wk = causal_dot(b_T, (b_k * (b_beta * b_gamma)[:, None]).to(DT), None, DOT_PRECISION).to(DT)
+        b_u = causal_dot(b_T, (b_v * b_w[:, None]).to(DT), None, DOT_PRECISION)
         b_u -= tl.dot(b_wk, b_s_hi, input_precision=DOT_PRECISION)
         if SPLIT_STATE:
             b_u -= tl.dot(b_wk, b_s_lo, input_precision=DOT_PRECISION)
@@ -145,7 +149,7 @@ def _gated_delta_prefill_fwd_kernel(
         b_o = tl.dot(b_qg, b_s_hi, input_precision=DOT_PRECISION)
         if SPLIT_STATE:
             b_o = tl.dot(b_qg, b_s_lo, b_o, input_precision=DOT_PRECISION)
-        b_o = tl.dot(b_p, b_u, b_o, input_precision=DOT_PRECISION)
+        b_o = causal_dot(b_p, b_u, b_o, DOT_PRECISION)
         tl.store(p_o + o_t[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
         # S_C = γ_C S₀ + Uᵀ (e^{G_C − G} ⊙ K)
         b_kd = (b_k * tl.exp2(b_G_last - b_G)[:, None]).to(DT)
@@ -190,6 +194,8 @@ def gated_delta_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g
     B, T, H_qk, K = q.shape
     H_v, V = v.shape[2], v.shape[3]
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if cu_seqlens is not None:
+        cu_seqlens = sequence_offsets(cu_seqlens, T)
     o = empty((B, T, H_v, V), dtype=v.dtype, device=v.device)
     ht = empty((n_seq, H_v, V, K) if output_final_state else (0,), dtype=torch.float32, device=v.device)
     chunk, block_k, block_v, warps, precision = _plan(chunk_size, K, V, q.dtype == torch.float32)
