@@ -21,6 +21,7 @@ import kernelworks
 from kernelworks.ops.gated_delta import DECODE_SPEC, PREFILL_SPEC, api, prefill_chunked, reference
 from kernelworks.ops.gated_delta.api import gated_delta_decode, gated_delta_prefill
 from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd, prefill_segments, segmented_prefill_fwd
+from kernelworks.runtime.compat import TRITON
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
@@ -704,10 +705,11 @@ def test_compiles_for_sm90_without_spills(spec, case):
             assert r.uses_dot, "the chunk products must use tensor cores"
 
 
-BWD_SPILL_BUDGET = 320
-"""B/thread the sequential (fp32) backward kernel may spill on sm_90 (documented in docs/notes/gated_delta.md:
-232 B at the bench shape, 256 with h0 + final state, 320 for fp32 inputs, at 255 registers); its state
-kernel spills none. The chunk-parallel backward's bounds are test_gated_delta_bwd_chunked's."""
+BWD_SPILL_BUDGET = 320 if TRITON < (3, 8) else 392
+"""B/thread the sequential (fp32) backward kernel may spill on sm_90 (documented in docs/notes/gated_delta.md
+for triton 3.6: 232 B at the bench shape, 256 with h0 + final state, 320 for fp32 inputs, at 255 registers;
+triton 3.8 spills 392 B in the fp32 case, kw inspect); its state kernel spills none. The chunk-parallel
+backward's bounds are test_gated_delta_bwd_chunked's."""
 
 
 @pytest.mark.parametrize("case", ["b8-t4096-h16", "b2-t300-h0", "b1-t257-h0"])
