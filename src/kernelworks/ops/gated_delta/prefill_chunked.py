@@ -26,6 +26,12 @@ times: 544 µs against 1107 for the four-kernel form and 1028 for fla). The back
 unfused with U formed from T (``wy_in_scan``), storing U and the chunk-start states (bf16) and taking the
 forward's T and G (``inverses``); K1b and K3 remain as the measured four-kernel alternative.
 
+Bounds and causality (``common.py``): varlen tables are clamped and made non-decreasing on the device
+(:func:`_varlen_chunks`) and clamped again where read; g is floored (a reset stays a reset); K1a inverts
+finite blocks, the products over a chunk's tokens are causal (K1b, K3, unfused K2: checked; the fused K2:
+plain, then an EXACT launch redoes the rare programs whose output went non-finite), so a NaN or inf in
+token t reaches no output before t.
+
 Intermediates are token-indexed (``[B, T, H_v, ·]``, contiguous), so dense and packed (varlen) batches
 share them; chunk-start states are rows ``[n_chunks, H_v, V, K]`` (sequence n's chunk j at row
 ``coff[n] + j``: ``n · cdiv(T, C)`` dense, the exclusive cumsum of ``cdiv(len, C)`` varlen) — the layout
