@@ -173,13 +173,15 @@ def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, st
         if SMOOTH:
             b_xsum = tl.sum(b_xs, axis=0)
 
-    b_log_s = tl.log(b_sum)
+    # A +inf logit makes the row's lse +inf, as in torch; S itself is then exp(inf − inf) = NaN, so log S is
+    # taken as 0 there (the loss comes out +inf, or NaN where the target's own logit is +inf, as torch's).
+    b_log_s = tl.where(b_m == float("inf"), 0.0, tl.log(b_sum))
     b_lse = b_m + b_log_s
     if SMOOTH:
         b_loss = (1.0 - label_smoothing) * (b_m - b_xt) + label_smoothing * (b_m - b_xsum / n_cols) + b_log_s
     else:
         b_loss = (b_m - b_xt) + b_log_s
-    b_loss += z_loss * b_lse * b_lse
+    b_loss += tl.where(z_loss != 0.0, z_loss * b_lse * b_lse, 0.0)  # not 0·inf = NaN when lse is +inf
     tl.store(p_loss + i_r, b_loss * b_scale)
 
     if HAS_GRAD:
