@@ -12,8 +12,22 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and inf
 
 CASES = cases()
 
+KNOWN: dict[str, str] = {
+    # Open: a NaN in a later V row reaches earlier causal rows through the diagonal block's P·V product
+    # (0·NaN); the per-row exact fix needs a non-finite-aware product on the diagonal blocks.
+    "flash_attention-v-nan_future_causal": "NaN in a later V row leaks into earlier causal rows",
+    # Open: an inf in q meets a zero in the chunk products (inf·0 = NaN) where the recurrence gives ±inf.
+    "gated_delta_prefill-q-inf": "inf in q gives NaN where the recurrence gives ±inf",
+}
+"""Cases known to land outside their class (strict xfail: a fix turns them into a failure to remove here)."""
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+
+def _param(case):
+    marks = [pytest.mark.xfail(reason=KNOWN[case.id], strict=True)] if case.id in KNOWN else []
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_hostile(case, hostile_results):
     result = outcome(case)
     hostile_results.append((case, result))
