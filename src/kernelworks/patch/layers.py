@@ -155,17 +155,17 @@ def causal_lm_loss(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch
     reduction = "mean" if num_items_in_batch is None else "sum"
     loss = kernelworks.fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias=bias,
                                                   ignore_index=ignore_index, reduction=reduction, softcap=softcap)
-    loss = loss.float()
     return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
 
 
 def logits_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100, num_items_in_batch=None,
                 shift_labels=None) -> torch.Tensor:
-    """HF's ``ForCausalLMLoss`` on given logits (``[batch, seq, V]``, upcast to fp32 as HF does) through
-    :func:`kernelworks.cross_entropy`: evaluation with labels, where the logits are returned anyway."""
+    """HF's ``ForCausalLMLoss`` on given logits (``[batch, seq, V]``) through :func:`kernelworks.cross_entropy`:
+    evaluation with labels, where the logits are returned anyway. HF upcasts the logits to fp32 first; the
+    kernel reads them in their dtype and computes in fp32 (the same math without an fp32 copy of the logits)."""
     target = _shifted(labels, shift_labels, ignore_index).to(logits.device)
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = kernelworks.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target,
+    loss = kernelworks.cross_entropy(logits.reshape(-1, logits.shape[-1]), target,
                                      ignore_index=ignore_index, reduction=reduction)
     return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
 
