@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 from torch.nn import functional
 
+import kernelworks
 from kernelworks.check.compare import compare
 from kernelworks.ops import _math
 from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy, kernels, reference
@@ -259,6 +260,24 @@ def test_int32_target_with_an_ignore_index_past_int32():
     bad[3] = 40
     with pytest.raises(ValueError, match=r"target:.*got 1 out of range \(e.g. \[40\]\)"):
         cross_entropy(x, bad, ignore_index=2**31)
+
+
+def test_out_of_range_target_without_validation_is_a_nan_row_not_a_sync():
+    """Outside validation mode the target values are not read on the host (no sync): a bad target gives its
+    row a NaN loss, the other rows are exact, and nothing is read out of bounds."""
+    x, t = _logits(4, 33, torch.float32), _target(4, 33, ignore_every=0)
+    bad = t.clone()
+    bad[1], bad[2] = 33, -5
+    x = x.requires_grad_()
+    with kernelworks.validation(False):
+        loss = cross_entropy(x, bad, reduction="none")
+        loss.sum().backward()
+    want = torch.nn.functional.cross_entropy(x.detach().double(), t, reduction="none")
+    assert loss[1:3].isnan().all()
+    torch.testing.assert_close(loss[[0, 3]].double(), want[[0, 3]])
+    assert x.grad[[0, 3]].isfinite().all()
+    with kernelworks.validation(), pytest.raises(ValueError, match="target"):
+        cross_entropy(x, bad)
 
 
 def test_bad_input_cross_entropy():

@@ -23,6 +23,7 @@ import torch
 from kernelworks.ops.cross_entropy.kernels import cross_entropy_bwd, cross_entropy_fwd, target_stats
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import planning_active
+from kernelworks.runtime.indices import validation_enabled
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_dtype, check_float_tensor, check_real, check_same_device, check_tensor
@@ -97,11 +98,11 @@ def check_target_values(stats: torch.Tensor, target: torch.Tensor, n_cols: int, 
     """ValueError naming ``target`` when a class index lies outside ``[0, n_cols)`` (``ignore_index`` aside).
 
     The count comes from ``target_stats`` (one tiny kernel that also counts the tokens for the mean); reading
-    it is one host sync per call (~10 µs; the loss kernel at 8192 × 128k tokens takes ms). While a CUDA graph
-    is being captured the sync is impossible and the check is skipped: out-of-range rows then give a NaN loss
-    (the kernel never reads out of bounds).
+    it is a host sync, so it happens in validation mode only (:func:`kernelworks.validation`), as for every
+    index tensor: otherwise out-of-range rows give a NaN loss (the kernel never reads out of bounds), and
+    nothing waits for the GPU. Never while a CUDA graph is captured.
     """
-    if not _can_sync(stats) or stats[1].item() == 0:
+    if not validation_enabled() or not _can_sync(stats) or stats[1].item() == 0:
         return
     t = target.long()  # an int32 target against an ignore_index past int32's range compares correctly
     bad = t[(t != ignore_index) & ((t < 0) | (t >= n_cols))]
@@ -275,8 +276,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 
     Cost: with ``logits.requires_grad``, 2 reads + 1 write of the logits in the forward (1 read + 1 write up
     to V = 32768) and nothing in the backward when ``grad_output`` is 1 (one scaling pass otherwise); without,
-    1 read. Raises ValueError if a target is out of range — which costs one host sync per call (skipped
-    while a CUDA graph is captured; such rows then give a NaN loss).
+    1 read. A target out of range gives that row a NaN loss (the kernel never reads out of bounds); in
+    validation mode (:func:`kernelworks.validation`, one host sync per call) it raises a ValueError instead.
 
     Example::
 

@@ -311,8 +311,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         ``target``-shaped for ``none``.
         Gradients flow to ``hidden``, ``weight`` and ``bias``. Reduction ``none`` with gradients recomputes
         the logits in the backward (one more projection; the per-token weights must enter before the sum
-        over tokens). Raises ValueError if a target is out of range (one host sync per call, as
-        :func:`cross_entropy`).
+        over tokens). A target out of range gives a NaN loss for its row, or a ValueError in validation mode,
+        as in :func:`cross_entropy`.
 
     Example::
 
