@@ -48,6 +48,22 @@ def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(h)
 
 
+# ------------------------------------------------------------------------------------------- the KV cache
+
+CACHE_NAME = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+"""The KV cache's keyword in the installed transformers: ``past_key_values`` up to 5.23, ``cache`` from 5.24
+(the old name deprecated). Our forwards take both and pass it on under this one, never as None beside it."""
+
+
+def _with_cache(cache, kwargs: dict) -> dict:
+    """``kwargs`` with the cache (given under either name) under :data:`CACHE_NAME`."""
+    cache = cache if cache is not None else kwargs.pop("cache", None)
+    kwargs.pop("past_key_values", None)
+    if cache is not None:
+        kwargs[CACHE_NAME] = cache
+    return kwargs
+
+
 # ------------------------------------------------------------------------------------------- decoder layers
 
 
@@ -61,8 +77,8 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
     residual = hidden_states
     hidden_states = self.input_layernorm(hidden_states)
     hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
-                                      position_ids=position_ids, past_key_values=past_key_values,
-                                      use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+                                      position_ids=position_ids, use_cache=use_cache,
+                                      position_embeddings=position_embeddings, **_with_cache(past_key_values, kwargs))
     norm = self.post_attention_layernorm
     hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual)
     return residual + self.mlp(hidden_states)
@@ -78,7 +94,7 @@ def gemma_layer_forward(self, hidden_states: torch.Tensor,
     hidden_states = self.input_layernorm(hidden_states)
     hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
                                       attention_mask=attention_mask, position_ids=position_ids,
-                                      past_key_values=past_key_values, **kwargs)
+                                      **_with_cache(past_key_values, kwargs))
     hidden_states = self.post_attention_layernorm(hidden_states)
     norm = self.pre_feedforward_layernorm
     hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual,
@@ -106,8 +122,9 @@ def attention_forward(self, hidden_states: torch.Tensor,
     cos, sin = position_embeddings
     query, key = kernelworks.rotary_embedding(query.transpose(1, 2), key.transpose(1, 2), cos, sin, layout="neox",
                                               heads_dim=1)
-    if past_key_values is not None:
-        key, value = past_key_values.update(key, value, self.layer_idx)
+    cache = _with_cache(past_key_values, kwargs).pop(CACHE_NAME, None)
+    if cache is not None:
+        key, value = cache.update(key, value, self.layer_idx)
     eager = sys.modules[type(self).__module__].eager_attention_forward
     interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager)
     out, weights = interface(self, query, key, value, attention_mask,
@@ -180,7 +197,7 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
     exist; ``logits=None`` as Liger does). Otherwise the logits as HF computes them (final soft-capping
     included), and with labels the loss from them through :func:`kernelworks.cross_entropy`."""
     outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, **_with_cache(past_key_values, kwargs))
     hidden = _keep(outputs.last_hidden_state, logits_to_keep)
     softcap = getattr(self.config, "final_logit_softcapping", None)
     loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")
@@ -194,5 +211,5 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
             logits = torch.tanh(logits / softcap) * softcap
         if labels is not None:
             loss = logits_loss(logits, labels, **loss_kwargs)
-    return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values,
-                                  hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                  attentions=outputs.attentions, **{CACHE_NAME: getattr(outputs, CACHE_NAME)})
