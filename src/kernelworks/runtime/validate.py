@@ -98,3 +98,15 @@ def check_real(name: str, value: object, *, low: float | None = None, high: floa
         raise ValueError(f"{name}: expected a finite number{' ' + ' and '.join(bounds) if bounds else ''}, "
                          f"got {value}")
     return float(value)
+
+
+def refuse_autograd(op: str, **tensors: torch.Tensor | None) -> None:
+    """For a forward-only op: raise where autograd would need a gradient (grad mode on and an input that
+    requires grad) instead of returning an output cut off from the graph, a silently lost gradient. Delete
+    the op's call once it has a backward."""
+    if not torch.is_grad_enabled():
+        return
+    names = [name for name, t in tensors.items() if t is not None and t.requires_grad]
+    if names:
+        raise NotImplementedError(f"{', '.join(names)}: {op} has no backward yet, got input(s) requiring grad "
+                                  "with grad mode on; call it under torch.no_grad() or pass detached tensors")

@@ -41,6 +41,7 @@ from kernelworks.runtime.validate import (
     check_same_device,
     check_same_dtype,
     check_tensor,
+    refuse_autograd,
 )
 
 MAX_HEAD_DIM = 256
@@ -213,15 +214,6 @@ def _use_custom_op(tensors: list[torch.Tensor | None]) -> bool:
     return torch.compiler.is_compiling() or any(t is not None and type(t) not in _PLAIN for t in tensors)
 
 
-def _refuse_grad(op: str, tensors: dict[str, torch.Tensor | None]) -> None:
-    if not torch.is_grad_enabled():
-        return
-    wanting = [n for n, t in tensors.items() if t is not None and t.requires_grad]
-    if wanting:
-        raise NotImplementedError(f"{op}: no backward yet, but {', '.join(wanting)} require(s) grad; run it "
-                                  "under torch.no_grad() / torch.inference_mode() or detach the inputs")
-
-
 # ------------------------------------------------------------------------------------------- validation
 
 
@@ -378,7 +370,7 @@ def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
     scale = _scale(scale, K)
     use_qk_l2norm = bool(use_qk_l2norm)
     tensors = [q, k, v, g, beta, state, state_indices, A_log, dt_bias, write_strength]
-    _refuse_grad("gated_delta_decode", dict(zip(
+    refuse_autograd("gated_delta_decode", **dict(zip(
         ("q", "k", "v", "g", "beta", "state", "state_indices", "A_log", "dt_bias", "write_strength"), tensors)))
     fn = _decode_op if _use_custom_op(tensors) else gated_delta_decode_fwd
     return fn(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength)

@@ -137,18 +137,6 @@ def check_operand(name: str, t: object, dims: tuple[int, ...], dtypes=FLOAT_DTYP
     return t
 
 
-def refuse_autograd(op: str, **tensors: torch.Tensor | None) -> None:
-    """For a forward-only op: raise where autograd would need a gradient (grad mode on and an input that
-    requires grad) instead of returning an output cut off from the graph, a silently lost gradient. Delete
-    the op's call once it has a backward."""
-    if not torch.is_grad_enabled():
-        return
-    names = [name for name, t in tensors.items() if t is not None and t.requires_grad]
-    if names:
-        raise NotImplementedError(f"{', '.join(names)}: {op} has no backward yet, got input(s) requiring grad "
-                                  "with grad mode on; call it under torch.no_grad() or pass detached tensors")
-
-
 def _check(a, b, bias, activation, residual, out_dtype) -> tuple[int, ...]:
     """Validate every argument; returns the output shape."""
     check_operand("a", a, (2, 3))

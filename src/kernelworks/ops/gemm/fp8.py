@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand, refuse_autograd
+from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand
 from kernelworks.ops.gemm.forward import matmul_fwd
 from kernelworks.runtime.device import gpu_capability
-from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_same_device
+from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_same_device, refuse_autograd
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 SCALE_BLOCK = 128

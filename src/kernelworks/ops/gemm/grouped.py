@@ -30,14 +30,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gemm.api import check_operand, refuse_autograd
+from kernelworks.ops.gemm.api import check_operand
 from kernelworks.ops.gemm.forward import _FORCED_PLAN, Plan, _precision
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.indices import check_index_tensor, check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
-from kernelworks.runtime.validate import check_same_device
+from kernelworks.runtime.validate import check_same_device, refuse_autograd
 
 INT32_SUM_LIMIT = 2**31
 """Launches with ``(E + 1)·T`` at least this sum the groups in int64 (:func:`expert_groups`); tests lower it."""
