@@ -22,9 +22,9 @@ summary=()
 for stage in ${*:-tests host sanitize e2e}; do
   t0=$(date +%s)
   case $stage in
-    tests) timeout "$(left)" python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} > "$OUT/tests-$tag.log" 2>&1
+    tests) timeout "$(left)" python3 -m pytest -q -rfE -p no:cacheprovider ${PYTEST_ARGS:-} ${TESTS:-tests} > "$OUT/tests-$tag.log" 2>&1
            rc=$?; res=$(tail -1 "$OUT/tests-$tag.log") ;;
-    host) timeout "$(left)" python3 benchmarks/host_time.py --out "$OUT/host_time-$tag.json" \
+    host) timeout "$(left)" python3 benchmarks/host_time.py --out "$OUT/host_time-$tag.json" --profile "$OUT/profile-$tag" \
             > "$OUT/host-$tag.log" 2>&1; rc=$?; res="see host-$tag.log"; cat "$OUT/host-$tag.log" ;;
     sanitize) timeout "$(left)" compute-sanitizer --tool memcheck --log-file "$OUT/memcheck-$tag.log" \
                 python3 tests/hostile/sanitize_cases.py > "$OUT/sanitize-$tag.out" 2>&1; rc=$?

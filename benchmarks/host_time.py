@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -79,11 +80,41 @@ def cases(train: bool) -> dict[str, tuple[Callable[[], object], Callable[[], obj
     return out
 
 
+def _profile(out_dir: Path, calls: int) -> None:
+    """Where each op's host time goes: cProfile over ``calls`` eager calls (after warm-up), the top 25
+    functions by own time, one file per op and mode."""
+    import cProfile
+    import io
+    import pstats
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for mode in ("infer", "train"):
+        with torch.set_grad_enabled(mode == "train"):
+            for name, (ours, _) in cases(mode == "train").items():
+                for _ in range(20):
+                    ours()
+                torch.cuda.synchronize()
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(calls):
+                    ours()
+                prof.disable()
+                torch.cuda.synchronize()
+                text = io.StringIO()
+                pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+                slug = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+                (out_dir / f"{slug}-{mode}.txt").write_text(text.getvalue())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="also write DIR/<op>-<mode>.txt: cProfile of the kernelworks calls, top functions by own time")
     args = ap.parse_args()
+    if args.profile:
+        _profile(args.profile, args.calls)
     rows = []
     for mode in ("infer", "train"):
         with torch.set_grad_enabled(mode == "train"):
