@@ -172,7 +172,7 @@ def _assert_rows_close(got, want, rtol):
 def test_huge_inputs_do_not_overflow_the_statistics(op, cols, residual):
     """|h| near 1e20 in fp32: h² overflows, and torch's fp32 norms return the bias (LayerNorm) or 0
     (RMSNorm) there. Ours match float64, forward and backward; the rows of ordinary size sharing the
-    program keep the bits they have alone."""
+    program keep the bits they have without them."""
     torch.manual_seed(12)
     ours, ref_fn = OPS[op]
     kw = _inputs(op, (4, cols), F32, residual=residual)
@@ -187,10 +187,14 @@ def test_huge_inputs_do_not_overflow_the_statistics(op, cols, residual):
             _assert_rows_close(grads[k], ref_grads[k], 1e-4)
         else:
             torch.testing.assert_close(grads[k].double(), ref_grads[k], rtol=1e-4, atol=1e-4)
-    alone = {**kw, **{k: kw[k][[0, 3]] for k in ("x", "residual") if k in kw}}
-    y_alone = ours(**alone)
-    y_alone = y_alone[0] if residual else y_alone
-    assert torch.equal((out[0])[[0, 3]], y_alone)
+    # the ordinary rows keep the bits of the same launch without the huge rows (same shape: same plan,
+    # same reduction order; a 2-row call may plan other warps and sum in another order on a GPU)
+    tame = {**kw, **{k: kw[k].clone() for k in ("x", "residual") if k in kw}}
+    for k in ("x", "residual") if residual else ("x",):
+        tame[k][1:3] /= 1e20
+    y_tame = ours(**tame)
+    y_tame = y_tame[0] if residual else y_tame
+    assert torch.equal(out[0][[0, 3]], y_tame[[0, 3]])
 
 
 # Triton's interpreter converts fp32 to bf16 by truncation (the GPU rounds to nearest even), so the bitwise

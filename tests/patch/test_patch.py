@@ -1,5 +1,5 @@
-"""``kernelworks.patch(model)`` on tiny random Hugging Face models (CPU, the interpreter, fp32): the patched
-model against an unpatched copy with the same weights — logits, loss, every gradient, greedy generation
+"""``kernelworks.patch(model)`` on tiny random Hugging Face models (fp32; the interpreter on CPU, or the GPU):
+the patched model against an unpatched copy with the same weights — logits, loss, every gradient, greedy generation
 with the cache — plus packing, fallbacks, options, unpatch and unsupported models.
 
 fp32 tolerance (rtol 1e-4, atol 1e-5): both sides compute in fp32 and differ only in summation order
@@ -18,6 +18,9 @@ tf = pytest.importorskip("transformers")
 
 import kernelworks  # noqa: E402
 from kernelworks.patch import FAMILIES, patched  # noqa: E402
+from kernelworks.runtime.device import default_device  # noqa: E402
+
+DEVICE = default_device()
 
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 VOCAB = 128
@@ -59,11 +62,11 @@ def _pair(family: str = "llama", seed: int = 0):
     # its own config: transformers shares the config object, and patching switches its attention implementation
     reference = tf.AutoModelForCausalLM.from_config(copy.deepcopy(config)).float()
     reference.load_state_dict(model.state_dict())
-    return model.eval(), reference.eval()
+    return model.to(DEVICE).eval(), reference.to(DEVICE).eval()
 
 
 def _ids(batch: int = 2, seq: int = 8, seed: int = 1) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
 
 
 def _grads(model) -> dict[str, torch.Tensor]:
@@ -158,7 +161,7 @@ def test_packed_sequences_equal_separate(family):
     kernelworks.patch(model)
     a, b = _ids(1, 5, seed=4), _ids(1, 4, seed=5)
     packed = torch.cat([a, b], 1)
-    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]], device=DEVICE)
     with torch.no_grad():
         logits = model(packed, position_ids=position_ids).logits
         torch.testing.assert_close(logits[:, :5], model(a).logits, **TOL)
@@ -272,6 +275,19 @@ def test_torch_compile():
 
 def _gpt2():
     return tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=VOCAB, n_positions=16))
+
+
+@pytest.mark.gpu
+def test_model_on_the_cpu_of_a_gpu_machine_stays_on_torch():
+    """Patched, then moved to the CPU (no interpreter): torch's forwards and attention, warned, same answer."""
+    model, reference = _pair()
+    kernelworks.patch(model)
+    model.cpu(), reference.cpu()
+    ids = _ids().cpu()
+    with pytest.warns(UserWarning, match="the kernels take CUDA tensors"), torch.no_grad():
+        out = model(ids).logits
+    with torch.no_grad():
+        torch.testing.assert_close(out, reference(ids).logits, **TOL)
 
 
 def test_unsupported_family_raises():

@@ -10,13 +10,16 @@ per class (5.23) or in ``__call__`` (5.17), and accelerate's hooks live on the i
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 import kernelworks
+from kernelworks.runtime.device import runs_kernels
 
 # ------------------------------------------------------------------------------------------- families
 
@@ -67,12 +70,31 @@ _GLU = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu_pytorch_tanh"
 _SUBCLASSES: dict[tuple[type, str], type] = {}
 
 
+def _on_kernels_or_torch(ours: Callable, theirs: Callable) -> Callable:
+    """``ours`` when the call's first tensor is one the kernels take (CUDA, or CPU under the interpreter),
+    else the original ``theirs`` (warned once): a patched model left on, or moved to, the CPU of a GPU
+    machine keeps working on torch instead of raising inside a kernel call."""
+    @functools.wraps(ours)
+    def forward(self, *args, **kwargs):
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else \
+            next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None or runs_kernels(x):
+            return ours(self, *args, **kwargs)
+        from kernelworks.patch.attention import warn_once
+
+        warn_once(f"tensors on {x.device}: the kernels take CUDA tensors, so the patched modules run their "
+                  "torch forwards there")
+        return theirs(self, *args, **kwargs)
+    return forward
+
+
 def _subclass(base: type, tag: str, attrs: dict) -> type:
     """One subclass per (class, variant), named like ``base`` and living in its module (so repr, config
     ``architectures`` and pickling see the original class)."""
     cls = _SUBCLASSES.get((base, tag))
     if cls is None:
-        attrs = {**attrs, "__module__": base.__module__, "__qualname__": base.__qualname__, "_kernelworks": tag}
+        attrs = {**attrs, "__module__": base.__module__, "__qualname__": base.__qualname__, "_kernelworks": tag,
+                 "forward": _on_kernels_or_torch(attrs["forward"], base.forward)}
         cls = _SUBCLASSES[(base, tag)] = type(base.__name__, (base,), attrs)
     return cls
 

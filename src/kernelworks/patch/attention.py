@@ -23,6 +23,7 @@ from transformers.modeling_utils import AttentionInterface
 
 import kernelworks
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM
+from kernelworks.runtime.device import runs_kernels
 
 NAME = "kernelworks"
 """The ``config._attn_implementation`` a patched model runs with."""
@@ -145,6 +146,8 @@ def _torch_attention(module, query, key, value, attention_mask, *, dropout, scal
 
 
 def _unsupported(module, query: torch.Tensor, dropout: float) -> str | None:
+    if not runs_kernels(query):
+        return f"tensors on {query.device}: the kernels take CUDA tensors; attention stays on torch"
     if dropout > 0.0 and module.training:
         return "attention dropout > 0 in training is not in the kernel; those calls stay on torch"
     if query.shape[-1] > MAX_HEAD_DIM:

@@ -50,6 +50,13 @@ def _interpret_env() -> bool:
     return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
 
 
+def runs_kernels(t: torch.Tensor) -> bool:
+    """True when kernels can take ``t``: a CUDA tensor, or a CPU one where CPU tensors are allowed (the
+    interpreter, planning). Model integration falls back to torch on anything else (a model left on the
+    CPU of a GPU machine)."""
+    return t.is_cuda or (t.device.type == "cpu" and cpu_tensors_allowed())
+
+
 def has_gpu() -> bool:
     """True when a CUDA device is visible to PyTorch."""
     return torch.cuda.is_available()
