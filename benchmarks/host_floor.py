@@ -3,7 +3,8 @@
     python benchmarks/host_floor.py [--out F.json]        # on a GPU
 
 Layers, each timed alone (calls back to back, no sync, wall time per call; median of 5 batches): allocating the
-output (``torch.empty_like``), the C launcher itself, Triton's ``CompiledKernel[grid](...)``, the JIT
+output (``torch.empty_like``), the backend's C launch called directly (as kernelworks' ``launch`` does),
+the launcher object, Triton's ``CompiledKernel[grid](...)``, the JIT
 ``kernel[grid](...)``, :func:`kernelworks.runtime.launch.launch`, and torch's own ``F.silu`` on the same
 1×4096 row for scale. What an eager op can save lies between its measured host time and this floor.
 """
@@ -57,14 +58,16 @@ def main() -> None:
     dev = driver.active.get_current_device()
     stream = driver.active.get_current_stream(dev)
     run = compiled.run
+    direct = kw_launch._direct_launcher(compiled)
     rows = {
         "torch F.silu (whole op)": lambda: torch.nn.functional.silu(x),
         "torch.empty_like": lambda: torch.empty_like(x),
         "torch.cuda.current_device": torch.cuda.current_device,
         "driver stream query": lambda: driver.active.get_current_stream(driver.active.get_current_device()),
+        "C launch (launch._direct_launcher)": lambda: direct(4, 1, 1, stream, (x, y, n, 1024)),
         "launcher: compiled.run(...)": lambda: run(4, 1, 1, stream, compiled.function, compiled.packed_metadata,
-                                                   None, None, None, x, y, n),
-        "CompiledKernel[grid](...)": lambda: compiled[(4, 1, 1)](x, y, n),
+                                                   None, None, None, x, y, n, 1024),
+        "CompiledKernel[grid](...)": lambda: compiled[(4, 1, 1)](x, y, n, 1024),
         "JIT kernel[grid](...)": lambda: _copy_kernel[grid](x, y, n, BLOCK=1024, num_warps=4),
         "kernelworks launch()": lambda: kw_launch.launch(_copy_kernel, grid, x, y, n, num_warps=4, BLOCK=1024),
     }

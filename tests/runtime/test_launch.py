@@ -67,3 +67,31 @@ def test_fast_path_launches_what_the_jit_launches(dtype):
                                FLIP=flip, BLOCK=128)
                         torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
     assert any(key[0] is _axpy_kernel for key in launch_mod._COMPILED), "the fast path never cached a kernel"
+    assert all(entry[2] is not None for key, entry in launch_mod._COMPILED.items() if key[0] is _axpy_kernel), \
+        "the cached launches did not take the direct C launch"
+
+
+@pytest.mark.gpu
+def test_launch_hooks_keep_tritons_path():
+    """A profiler's launch hook (proton sets one) sees every launch, cached ones included: with a hook set
+    the launcher goes through ``CompiledKernel[grid]``, which calls it."""
+    if not launch_mod._FAST_LAUNCH:
+        pytest.skip(f"triton {triton.__version__}: the launcher takes the plain path")
+    x = torch.randn(256, device="cuda")
+    out = torch.empty_like(x)
+    seen = []
+
+    def hook(metadata) -> None:
+        seen.append(metadata)
+
+    for _ in range(2):  # compile and cache first
+        launch(_axpy_kernel, (2,), x, x, out, 256, 1.0, 1, num_warps=4, FLIP=False, BLOCK=128)
+    hooks = triton.knobs.runtime.launch_enter_hook
+    hooks.add(hook)
+    try:
+        assert launch_mod._launch_hooks()
+        launch(_axpy_kernel, (2,), x, x, out, 256, 1.0, 1, num_warps=4, FLIP=False, BLOCK=128)
+    finally:
+        hooks.remove(hook)
+    assert len(seen) == 1 and not launch_mod._launch_hooks()
+    torch.testing.assert_close(out, 2 * x)

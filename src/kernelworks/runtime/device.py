@@ -46,7 +46,10 @@ def cpu_tensors_allowed() -> bool:
     return _planning_for_gpu or _interpret_env()
 
 
+@functools.cache
 def _interpret_env() -> bool:
+    # Cached: read on every launch and check, and Triton itself reads the variable only when a kernel is
+    # decorated, so a later change could not move kernels anyway (enable_interpreter_without_gpu clears it).
     return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
 
 
@@ -92,6 +95,7 @@ def enable_interpreter_without_gpu() -> None:
     """
     if INTERPRET_ENV not in os.environ and not has_gpu():
         os.environ[INTERPRET_ENV] = "1"
+        _interpret_env.cache_clear()
         if "triton" in sys.modules:
             # Too late for triton's own library (tl.cdiv, tl.sum, ...): it was decorated for a GPU at its
             # import, and every kernel would fail with "Cannot call @triton.jit'd outside of the scope".

@@ -51,6 +51,7 @@ class RowLaunch:
     num_warps: int
 
 
+@cached_plan
 def row_launch(n_cols: int, n_rows: int, *, elems_per_thread: int = 16, min_elems: int = 2048,
                max_warps: int = 16) -> RowLaunch:
     """Tile for a kernel that holds whole rows (``BLOCK_N = next_pow2(n_cols)``) in registers.
@@ -69,6 +70,7 @@ def row_launch(n_cols: int, n_rows: int, *, elems_per_thread: int = 16, min_elem
     return RowLaunch(BLOCK_N=block_n, ROWS=rows, num_warps=triton.next_power_of_2(warps))
 
 
+@cached_plan
 def tile_launch(n_cols: int, n_rows: int, *, tile_elems: int = 2048, elems_per_thread: int = 16,
                 max_warps: int = 8) -> RowLaunch:
     """Tile for an elementwise kernel over ``[n_rows, n_cols]`` (no reduction: rows need not fit whole).
@@ -106,52 +108,108 @@ def cdiv(a: int, b: int) -> int:
 # ------------------------------------------------------------------------------------ low-overhead launch
 
 # Verified against the specialisation rules (native_specialize_impl: tests/runtime/test_launch.py checks
-# _spec against the installed triton's) and the CompiledKernel launcher of triton 3.6 and 3.8, which are the
-# same: ``CompiledKernel[grid](*args)`` with every argument in signature order, constexprs included, and
-# ``JITFunction.run`` launches through exactly that after binding. Other releases take the ordinary JIT path
-# (always correct, ~15 µs more host time per call).
+# _spec against the installed triton's) and the launchers of triton 3.6 and 3.8. ``JITFunction.run`` binds,
+# specialises and launches ``CompiledKernel[grid](*args)`` with every argument in signature order, constexprs
+# included; that runner in turn calls the backend launcher, whose C ``launch`` takes a version-specific
+# argument list (:func:`_direct_launcher`). Other releases take the ordinary JIT path (always correct).
 _FAST_LAUNCH = TRITON in ((3, 6), (3, 8))
-_COMPILED: dict[tuple, tuple[object, tuple]] = {}
+_COMPILED: dict[tuple, tuple[Any, tuple, Callable[..., None] | None]] = {}
+"""key → (CompiledKernel, the constexpr values in signature order, its direct launcher or None)."""
+_I32_MIN, _I32_MAX, _U64_MIN = -(2**31), 2**31, 2**63
+
+
+def _launch_hooks() -> bool:
+    """True when a launch hook is set (a profiler such as proton): then launches keep Triton's own path,
+    which calls them. Triton 3.6/3.8 keep the hooks as a ``HookChain`` that is never None; an empty chain
+    (the usual case) is no hook."""
+    runtime = triton.knobs.runtime
+    return any(h is not None and bool(getattr(h, "calls", True))
+               for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+
+
+try:  # torch's own C calls behind torch.cuda.current_device() / triton's stream query, without their Python
+    from torch._C import _cuda_getCurrentRawStream as _current_stream
+    from torch._C import _cuda_getDevice as _current_device
+except ImportError:  # a CPU-only torch build: launch() never gets this far there (the interpreter runs)
+    def _current_device() -> int:
+        raise RuntimeError("no CUDA in this torch build")
+
+    _current_stream = _current_device
 
 
 def _spec(arg: object) -> object:
     """The part of an argument Triton (3.6 and 3.8 alike) specialises a kernel on: a tensor's dtype and
     16-byte alignment; an integer's type (i32 / i64 / u64) and whether it is 1 or a multiple of 16; other
     values themselves. Finer than Triton's key is safe (a few more cache entries), coarser never."""
-    if isinstance(arg, bool):
+    kind = type(arg)
+    if kind is int:  # the common case first: sizes and strides (bool is its own type, never int here)
+        return ("i32" if _I32_MIN <= arg < _I32_MAX else "u64" if arg >= _U64_MIN else "i64", arg == 1,
+                arg % 16 == 0)
+    if kind is bool:
         return ("b", arg)
-    if isinstance(arg, int):
-        kind = "i32" if -(2**31) <= arg < 2**31 else "u64" if arg >= 2**63 else "i64"
-        return (kind, arg == 1, arg % 16 == 0)
-    if isinstance(arg, float):
+    if kind is float:
         return "fp32"
     if hasattr(arg, "data_ptr"):
         return (arg.dtype, arg.data_ptr() % 16 == 0)
-    return (type(arg), arg)
+    if isinstance(arg, int):  # int subclasses (IntEnum…): as triton, by value
+        return _spec(int(arg))
+    return (kind, arg)
+
+
+def _direct_launcher(compiled: Any) -> Callable[..., None] | None:
+    """``go(grid0, grid1, grid2, stream, args)``: the backend's C launch of ``compiled`` called directly,
+    skipping the per-call Python of ``CompiledKernel[grid]`` (a closure, a device and stream query, the
+    launch-metadata hook) and of the launcher's ``__call__`` (two scratch allocations). None where that
+    layer does real work — a kernel with global or profile scratch, an instrumented build — or for an
+    argument list this module does not know; ``launch`` then calls ``CompiledKernel[grid]``."""
+    run = compiled.run
+    if (getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
+            or getattr(run, "gsan_enabled", False)):
+        return None
+    c_launch, function, meta = run.launch, compiled.function, compiled.packed_metadata
+    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    if TRITON == (3, 6):  # launch(grid, stream, fn, coop, pdl, scratch, profile_scratch, meta, hooks…, *args)
+        def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
+            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, meta, None, None, None, *args)
+        return go
+    if TRITON == (3, 8):  # launch(grid, stream, fn, coop, pdl, meta, hooks…, scratch…, annotations, sig, args)
+        annotations, signature = run.arg_annotations, run.kernel_signature
+
+        def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
+            c_launch(g0, g1, g2, stream, function, coop, pdl, meta, None, None, None, None, None, annotations,
+                     signature, args)
+        return go
+    return None
 
 
 def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num_warps: int,
            **constexprs: object) -> None:
     """``kernel[grid](*args, num_warps=num_warps, **constexprs)`` with less host time.
 
-    Triton's JIT binds and specialises every argument again on every call (~15 µs of host time on our H100
-    host, several times the GPU time of a small row kernel). Here the compiled kernel is cached under the
-    key Triton itself specialises on (:func:`_spec` of each argument, the constexprs, the warps, the device)
-    and launched through ``CompiledKernel[grid]``. The first call for a key, calls under the interpreter and
-    Triton versions other than 3.6 and 3.8 take the ordinary path. ``args`` are the runtime arguments in signature
-    order; ``constexprs`` must be the kernel's remaining (constexpr) parameters.
+    Triton's JIT binds and specialises every argument again on every call, then goes through
+    ``CompiledKernel[grid]`` and the launcher's Python (18 µs a launch on our H100 host,
+    benchmarks/host_floor.py), several times the GPU time of a small row kernel. Here the compiled kernel is
+    cached under the key Triton itself specialises on (:func:`_spec` of each argument, the constexprs, the
+    warps, the device) and its C launch called directly (:func:`_direct_launcher`). The first call for a
+    key, calls under the interpreter, with a launch hook set (a profiler), and Triton versions other than 3.6
+    and 3.8 take the ordinary path. ``args`` are the runtime arguments in signature order; ``constexprs``
+    must be the kernel's remaining (constexpr) parameters.
     """
     if not _FAST_LAUNCH or interpreter_active() or planning_active():
         kernel[grid](*args, num_warps=num_warps, **constexprs)
         return
-    import torch  # the runtime package imports torch anyway; kept local so launch heuristics stay light
-
-    key = (kernel, num_warps, torch.cuda.current_device(), *constexprs.items(), *map(_spec, args))
+    device = _current_device()
+    key = (kernel, num_warps, device, *constexprs.items(), *map(_spec, args))
     hit = _COMPILED.get(key)
     if hit is None:
         compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)
-        names = kernel.arg_names[len(args):]
-        _COMPILED[key] = (compiled, tuple(constexprs[name] for name in names))
+        tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
+        direct = _direct_launcher(compiled)
+        _COMPILED[key] = (compiled, tail, direct)
         return
-    compiled, tail = hit
-    compiled[(*grid, 1, 1)[:3]](*args, *tail)  # CompiledKernel reads grid[0..2]: pad a 1-D or 2-D grid
+    compiled, tail, direct = hit
+    g = (*grid, 1, 1)  # the launchers read grid[0..2]: pad a 1-D or 2-D grid
+    if direct is not None and not _launch_hooks():
+        direct(g[0], g[1], g[2], _current_stream(device), (*args, *tail))
+    else:
+        compiled[g[:3]](*args, *tail)

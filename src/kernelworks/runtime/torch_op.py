@@ -66,9 +66,12 @@ class TorchOp:
         """The custom op while tracing (``torch.compile``, ``torch.export``) or for tensor subclasses
         (FakeTensor, …); else the plain forward when no autograd graph is being recorded (a 1×4096 softmax
         runs ~3 µs on the GPU: every µs of host time shows); else the autograd Function."""
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if torch.compiler.is_compiling() or any(type(t) not in _PLAIN for t in tensors):
+        if torch.compiler.is_compiling():
             return self.custom_op(*args)
-        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-            return self._forward(*args)
-        return self.function.apply(*args)
+        grad_mode, needs_grad = torch.is_grad_enabled(), False
+        for a in args:  # one pass, no temporaries: this runs on every eager call
+            if isinstance(a, torch.Tensor):
+                if type(a) not in _PLAIN:
+                    return self.custom_op(*args)
+                needs_grad = needs_grad or (grad_mode and a.requires_grad)
+        return self.function.apply(*args) if needs_grad else self._forward(*args)

@@ -26,7 +26,7 @@ def check_tensor(name: str, t: object, *, min_dim: int = 1, max_dim: int | None 
     """``t`` is a non-empty tensor on a device our kernels can use, with a rank in ``[min_dim, max_dim]``."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda" and not (cpu_tensors_allowed() and t.device.type == "cpu"):
+    if not t.is_cuda and not (cpu_tensors_allowed() and t.device.type == "cpu"):
         hint = "" if cpu_tensors_allowed() else " (CPU tensors run only under TRITON_INTERPRET=1)"
         raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {t.device}{hint}")
     if t.dim() < min_dim or (max_dim is not None and t.dim() > max_dim):
