@@ -102,6 +102,21 @@ def decode(model: torch.nn.Module, spec: dict, vocab: int, args: argparse.Namesp
             "tokens": out[:, args.prompt:].tolist()[:2]}
 
 
+def _profile(model: torch.nn.Module, spec: dict, args: argparse.Namespace) -> None:
+    """Where a step's time goes: two more steps (or one ``generate``) under torch.profiler, the top entries
+    by GPU time and by host (self CPU) time written to ``args.profile``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    vocab = spec["config"]["vocab_size"]
+    quick = argparse.Namespace(**{**vars(args), "warmup": 0, "steps": 2, "repeats": 1})
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        train(model, spec, vocab, quick) if args.task == "train" else decode(model, spec, vocab, quick)
+    averages = prof.key_averages()
+    args.profile.write_text(f"{args.model} {args.variant} {args.task} (batch {args.batch})\n"
+                            + averages.table(sort_by="cuda_time_total", row_limit=35, max_name_column_width=70)
+                            + averages.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
@@ -116,6 +131,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", type=Path, help="also write a torch.profiler table of the task to this file")
     args = ap.parse_args()
 
     spec = MODELS[args.model]
@@ -128,6 +144,8 @@ def main() -> None:
     result = train(model, spec, spec["config"]["vocab_size"], args) if args.task == "train" else \
         decode(model, spec, spec["config"]["vocab_size"], args)
     result.update(model=args.model, variant=args.variant, task=args.task)
+    if args.profile:
+        _profile(model, spec, args)
     args.out.write_text(json.dumps(result))
     print(json.dumps({k: v for k, v in result.items() if k not in ("step_ms_all", "losses", "tokens")}))
 

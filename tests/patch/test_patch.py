@@ -270,6 +270,51 @@ def test_torch_compile():
                                    **TOL)
 
 
+def test_torch_compile_training_step_is_one_graph():
+    """fullgraph=True over forward + loss (no graph break anywhere), then backward: loss and every gradient
+    equal the unpatched model's."""
+    model, reference = _pair()
+    kernelworks.patch(model)
+    model.train()
+    reference.train()
+    ids = _ids(2, 8)
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    loss = torch.compile(model, backend=counter, fullgraph=True)(ids, labels=ids).loss
+    loss.backward()
+    ref = reference(ids, labels=ids).loss
+    ref.backward()
+    assert counter.frame_count == 1
+    torch.testing.assert_close(loss, ref, **TOL)
+    for name, grad in _grads(reference).items():
+        torch.testing.assert_close(_grads(model)[name], grad, **TOL)
+
+
+def test_packing_is_decided_once_per_forward(monkeypatch):
+    """Explicit position_ids: one packing check at the model's entry (under torch.compile one break, before
+    the layers), none in the attention calls; packed rows still equal HF's packed result."""
+    from kernelworks.patch import attention
+
+    model, reference = _pair()
+    kernelworks.patch(model)
+    calls = []
+    monkeypatch.setattr(attention, "_segments", lambda *a: calls.append(a) or None)
+    ids = _ids(1, 9)
+    plain = torch.arange(9, device=DEVICE)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, position_ids=plain).logits, reference(ids).logits, **TOL)
+        assert calls == []  # decided unpacked at the top: the layers never look
+        model(ids)  # no position_ids: the model numbers the tokens, nothing to check
+        assert calls == []
+    monkeypatch.undo()
+    packed = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]], device=DEVICE)
+    with torch.no_grad():  # packed rows under torch.compile: the varlen path (host-sized, so it breaks graphs)
+        logits = torch.compile(model, backend="aot_eager")(ids, position_ids=packed).logits
+        ref = reference(ids, position_ids=packed, use_cache=False).logits
+    torch.testing.assert_close(logits, ref, **TOL)
+
+
 # ------------------------------------------------------------------------------------------- errors
 
 

@@ -142,8 +142,10 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
     """Run a Hugging Face transformers model on kernelworks ops, in place (patching twice re-patches).
 
     Weights stay where the model keeps them: state_dict keys and tensors, ``generate``, gradient
-    checkpointing and ``torch.compile(model)`` keep working. Each piece can be turned off (it then stays on
-    torch exactly as the model had it):
+    checkpointing and ``torch.compile(model)`` keep working; a forward compiles to one graph
+    (``fullgraph=True`` works) unless ``position_ids`` are passed explicitly, which costs one packing check at
+    the model's entry (a host sync; one graph break before the layers, none in them). Each piece can be
+    turned off (it then stays on torch exactly as the model had it):
 
     Args:
         model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2 or

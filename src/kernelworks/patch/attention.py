@@ -47,6 +47,26 @@ def mask(*args, **kwargs) -> torch.Tensor | None:
 
 # ------------------------------------------------------------------------------------------- packing
 
+PACKED_KWARG = "kernelworks_packed"
+"""Keyword the patched ``ForCausalLM.forward`` hands down (through HF's layers, as the flash kwargs travel) to
+:func:`attention`: whether this forward's ``position_ids`` pack sequences, decided once at the top."""
+
+
+def packed_positions(position_ids: torch.Tensor | None, cache, kwargs: dict) -> bool | None:
+    """Whether ``position_ids`` restart inside a row, for the whole forward: False when the model numbers
+    the tokens itself (None), for one new token or a continued cache (no packing there); else one host sync
+    here — at the model's entry, so under torch.compile at most one graph break before the layers, none in
+    them. None (left to each attention call) when the collator's ``cu_seq_lens_*`` say it or our attention
+    is not the model's."""
+    if kwargs.get("cu_seq_lens_q") is not None:
+        return None
+    if position_ids is None or position_ids.shape[-1] < 2:
+        return False
+    if cache is not None and cache.get_seq_length() > 0:
+        return False
+    return bool((position_ids[..., 1:] - position_ids[..., :-1] != 1).any())
+
+
 
 _last_segments: tuple = (None, -1, -1, None)
 """``(weakref to position_ids, its version, batch, starts)``: every layer of one forward gets the same
@@ -173,7 +193,9 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     batch, heads, seq_q, dim = query.shape
     reason = "padding in the attention mask is not in the kernel; those calls stay on torch" \
         if attention_mask is not None else _unsupported(module, query, dropout)
-    varlen = _varlen_args(kwargs, batch, seq_q, key.shape[2]) if attention_mask is None else None
+    packed = kwargs.pop(PACKED_KWARG, None)
+    varlen = _varlen_args(kwargs, batch, seq_q, key.shape[2]) if attention_mask is None and packed is not False \
+        else None
     if reason is not None:
         warn_once(reason)
         if attention_mask is None:

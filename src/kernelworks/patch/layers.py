@@ -19,6 +19,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
 
 import kernelworks
+from kernelworks.patch import attention
 
 
 def norm_eps(norm: torch.nn.Module) -> float:
@@ -196,8 +197,13 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
     """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never
     exist; ``logits=None`` as Liger does). Otherwise the logits as HF computes them (final soft-capping
     included), and with labels the loss from them through :func:`kernelworks.cross_entropy`."""
+    kwargs = _with_cache(past_key_values, kwargs)
+    if self.config._attn_implementation == attention.NAME:  # packing decided once, not in every layer
+        packed = attention.packed_positions(position_ids, kwargs.get(CACHE_NAME), kwargs)
+        if packed is not None:
+            kwargs[attention.PACKED_KWARG] = packed
     outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, **_with_cache(past_key_values, kwargs))
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
     hidden = _keep(outputs.last_hidden_state, logits_to_keep)
     softcap = getattr(self.config, "final_logit_softcapping", None)
     loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")

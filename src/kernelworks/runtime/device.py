@@ -46,11 +46,17 @@ def cpu_tensors_allowed() -> bool:
     return _planning_for_gpu or _interpret_env()
 
 
-@functools.cache
+_interpret: bool | None = None
+
+
 def _interpret_env() -> bool:
-    # Cached: read on every launch and check, and Triton itself reads the variable only when a kernel is
-    # decorated, so a later change could not move kernels anyway (enable_interpreter_without_gpu clears it).
-    return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
+    # Read once: it is asked on every launch and check, and Triton itself reads the variable only when a
+    # kernel is decorated, so a later change could not move kernels anyway (enable_interpreter_without_gpu
+    # resets it). A module global rather than functools.cache, which torch.compile warns about when tracing.
+    global _interpret
+    if _interpret is None:
+        _interpret = os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
+    return _interpret
 
 
 def runs_kernels(t: torch.Tensor) -> bool:
@@ -94,8 +100,9 @@ def enable_interpreter_without_gpu() -> None:
     imported; ``import kernelworks`` calls it first thing. An explicit setting is never overridden.
     """
     if INTERPRET_ENV not in os.environ and not has_gpu():
+        global _interpret
         os.environ[INTERPRET_ENV] = "1"
-        _interpret_env.cache_clear()
+        _interpret = None
         if "triton" in sys.modules:
             # Too late for triton's own library (tl.cdiv, tl.sum, ...): it was decorated for a GPU at its
             # import, and every kernel would fail with "Cannot call @triton.jit'd outside of the scope".
