@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import torch
 import triton
 
 from kernelworks.runtime.compat import TRITON
@@ -156,6 +157,25 @@ def _spec(arg: object) -> object:
     return (kind, arg)
 
 
+_TENSOR = torch.Tensor
+_INT_SPECS: dict[int, object] = {}
+"""``_spec`` of the integers seen so far (sizes and strides repeat call after call); bounded."""
+
+
+def _spec_key(args: tuple) -> tuple:
+    """``tuple(map(_spec, args))`` with the two common cases inline (a third of the cost: this runs on every
+    launch): plain tensors, and integers looked up in :data:`_INT_SPECS`."""
+    return tuple([(_INT_SPECS.get(a) or _remember_int(a)) if type(a) is int
+                  else (a.dtype, a.data_ptr() % 16 == 0) if type(a) is _TENSOR else _spec(a) for a in args])
+
+
+def _remember_int(value: int) -> object:
+    spec = _spec(value)
+    if len(_INT_SPECS) < 65536:
+        _INT_SPECS[value] = spec
+    return spec
+
+
 def _direct_launcher(compiled: Any) -> Callable[..., None] | None:
     """``go(grid0, grid1, grid2, stream, args)``: the backend's C launch of ``compiled`` called directly,
     skipping the per-call Python of ``CompiledKernel[grid]`` (a closure, a device and stream query, the
@@ -199,7 +219,7 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
         kernel[grid](*args, num_warps=num_warps, **constexprs)
         return
     device = _current_device()
-    key = (kernel, num_warps, device, *constexprs.items(), *map(_spec, args))
+    key = (kernel, num_warps, device, *constexprs.items(), *_spec_key(args))
     hit = _COMPILED.get(key)
     if hit is None:
         compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)

@@ -44,9 +44,16 @@ def check_dtype(name: str, t: torch.Tensor, dtypes: Sequence[torch.dtype]) -> No
         raise TypeError(f"{name}: expected dtype {_names(dtypes)}, got {str(t.dtype).replace('torch.', '')}")
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def check_float_tensor(name: str, t: object, *, min_dim: int = 1, max_dim: int | None = None,
                        dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> torch.Tensor:
     """:func:`check_tensor` plus a floating dtype the kernels support (fp32, fp16, bf16 by default)."""
+    # the common case in one expression (every eager call validates; each nested call costs host time)
+    if type(t) in _PLAIN_TENSORS and t.is_cuda and t.dtype in dtypes and min_dim <= t.dim() \
+            and (max_dim is None or t.dim() <= max_dim) and t.numel():
+        return t
     if isinstance(t, torch.Tensor):
         check_dtype(name, t, dtypes)
     return check_tensor(name, t, min_dim=min_dim, max_dim=max_dim)
@@ -62,6 +69,8 @@ def check_same_dtype(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> N
 
 def check_same_device(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
     """All tensors live on one device."""
+    if len(tensors) == 2 and tensors[0].device == tensors[1].device:  # the common call, without a set
+        return
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         got = ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors))

@@ -1,0 +1,77 @@
+"""The Python share of an op's host time, on any machine: the ops' GPU path with the launch stubbed out.
+
+    python benchmarks/host_python.py [--train] [OP ...]
+
+Runs each op's eager call on small CPU tensors as if they were on a GPU: launches are planned for a GPU
+(``planning_for_gpu``), the compiled-kernel cache answers every key with a no-op C launch, so what is timed is
+everything kernelworks does in Python around a launch (validation, planning, allocation, the specialisation key,
+the autograd Function with ``--train``). No kernel runs and no GPU is needed, so a change to the launch path
+can be measured here before a GPU session; ``benchmarks/host_time.py`` gives the real figures on a GPU, where
+each Python operation costs about twice as much on our H100 host as on a development CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import timeit
+
+os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors pass validation; planning is switched to the GPU's below
+
+import torch
+
+import kernelworks as kw
+import kernelworks.runtime.device as device
+from kernelworks.runtime import launch
+
+
+class _EveryKernelCompiled(dict):
+    """Stands in for ``launch._COMPILED``: every key hits, with a direct launcher that does nothing."""
+
+    def get(self, key, default=None):
+        return None, (), lambda g0, g1, g2, stream, args: None
+
+
+def _stub_launches() -> None:
+    launch.interpreter_active = lambda: False
+    launch.planning_active = lambda: False
+    launch._current_device = lambda: 0
+    launch._current_stream = lambda index: 0
+    launch._COMPILED = _EveryKernelCompiled()
+    device._planning_for_gpu = True
+
+
+def cases(train: bool) -> dict:
+    def t(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, dtype=torch.bfloat16).requires_grad_(train)
+
+    x, r, w, b = t(1, 4096), t(1, 4096), t(4096), t(4096)
+    logits, target = t(4, 32000), torch.randint(0, 32000, (4,))
+    a, wt = t(16, 256), t(256, 256)
+    q, k, v = t(1, 128, 8, 128), t(1, 128, 8, 128), t(1, 128, 8, 128)
+    return {"rms_norm": lambda: kw.rms_norm(x, w), "rms_norm+residual": lambda: kw.rms_norm(x, w, residual=r),
+            "layer_norm": lambda: kw.layer_norm(x, w, b), "softmax": lambda: kw.softmax(x),
+            "silu": lambda: kw.silu(x), "swiglu": lambda: kw.swiglu(x, r),
+            "cross_entropy": lambda: kw.cross_entropy(logits, target), "matmul": lambda: kw.matmul(a, wt),
+            "flash_attention": lambda: kw.flash_attention(q, k, v, causal=True)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ops", nargs="*", help="ops to time (default: all)")
+    ap.add_argument("--train", action="store_true", help="inputs require grad: the autograd path")
+    ap.add_argument("--calls", type=int, default=3000)
+    args = ap.parse_args()
+    _stub_launches()
+    with torch.set_grad_enabled(args.train):
+        for name, call in cases(args.train).items():
+            if args.ops and name not in args.ops:
+                continue
+            for _ in range(50):
+                call()
+            us = min(timeit.repeat(call, number=args.calls, repeat=5)) / args.calls * 1e6
+            print(f"{name:20s} {us:7.2f} µs")
+
+
+if __name__ == "__main__":
+    main()
