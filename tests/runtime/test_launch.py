@@ -34,6 +34,19 @@ def test_spec_is_never_coarser_than_triton():
         assert first[1] == theirs, f"{first[0]!r} and {arg!r} share key {key} but triton gives {first[1]} / {theirs}"
 
 
+def test_key_builder_agrees_with_spec():
+    """The inline key of every launch (:func:`launch._spec_key`, with its remembered integers) equals the
+    reference :func:`_spec` of each argument, first call and repeated, parameters and int subclasses too."""
+    import enum
+
+    class Size(enum.IntEnum):
+        SIXTEEN = 16
+
+    args = (*_probe_args(), torch.nn.Parameter(torch.empty(3)), Size.SIXTEEN)
+    for _ in range(2):
+        assert launch_mod._spec_key(args) == tuple(map(_spec, args))
+
+
 @triton.jit
 def _axpy_kernel(p_x, p_y, p_out, n, alpha, s_x, FLIP: tl.constexpr, BLOCK: tl.constexpr):
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
