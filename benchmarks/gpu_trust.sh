@@ -27,7 +27,7 @@ for stage in ${*:-tests host sanitize e2e}; do
            timeout "$(left)" python3 -m pytest -q -rfE $cache ${PYTEST_ARGS:-} ${TESTS:-tests} > "$OUT/tests-$tag.log" 2>&1
            rc=$?; res=$(tail -1 "$OUT/tests-$tag.log")
            if [ $rc = 1 ]; then  # parallel workers share one GPU: re-run what failed alone (an OOM is not a bug)
-             timeout "$(left)" python3 -m pytest -q -rfE $cache --last-failed ${TESTS:-tests} \
+             timeout "$(left)" python3 -m pytest -q -rfE $cache --last-failed --last-failed-no-failures none ${TESTS:-tests} \
                > "$OUT/tests-rerun-$tag.log" 2>&1; rc=$?; res="$res; failed ones re-run alone: $(tail -1 "$OUT/tests-rerun-$tag.log")"
            fi ;;
     host) timeout "$(left)" python3 benchmarks/host_time.py --out "$OUT/host_time-$tag.json" --profile "$OUT/profile-$tag" \
