@@ -171,6 +171,9 @@ class OpSpec:
         bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
             peak memory) by default — for ops whose work moves between directions across providers
             (a loss that writes its gradient in the forward), where only the sum compares fairly.
+        step_cost: ``step_cost(case) -> Cost`` of :data:`STEP` when the step needs less than the forward's
+            cost plus the backward's (that loss: its backward only rescales the gradient, and not at all
+            for a unit upstream gradient); None: the sum.
     """
 
     name: str
@@ -187,6 +190,7 @@ class OpSpec:
     baselines: tuple[str, ...] = ("torch", "torch.compile")
     configs: Sequence[Mapping[str, Any]] = ()
     bench_step: bool = False
+    step_cost: Callable[[Case], Cost] | None = None
     description: str = ""
     _compiled_reference: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 

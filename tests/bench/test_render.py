@@ -82,3 +82,56 @@ def test_bench_modes_add_the_step_only_when_asked():
 
     assert STEP in load_spec("cross_entropy").bench_modes
     assert load_spec("softmax").bench_modes == ("fwd", "bwd")
+
+
+def test_a_figure_beyond_speed_of_light_is_dropped_and_flagged():
+    """No kernel beats its roofline: above the limit the % is the cost model's error, so the record keeps its
+    times and rates but no pct_sol, and says why."""
+    import warnings
+
+    from kernelworks.bench.engine import SOL_LIMIT_PCT, BenchRecord, flag_beyond_speed_of_light
+
+    def record(pct: float) -> BenchRecord:
+        return BenchRecord("cross_entropy", "32000x8192-bf16", {}, "bf16", "fwd+bwd", "kernelworks", "ok",
+                           median_ms=1.0, gbs=3900.0, pct_sol=pct, bound="memory")
+
+    assert flag_beyond_speed_of_light(record(SOL_LIMIT_PCT - 1)).pct_sol == SOL_LIMIT_PCT - 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flagged = flag_beyond_speed_of_light(record(131.0))
+    assert flagged.pct_sol is None and flagged.gbs == 3900.0
+    assert "131% of speed of light" in flagged.cost_model and "bytes" in flagged.cost_model
+    assert len(caught) == 1
+
+
+def test_loss_step_costs_what_its_forward_moves():
+    """cross_entropy's forward writes the gradient, so a training step moves the forward's bytes, not the
+    forward's plus a backward it does not need (the committed steps read 112-135% of speed of light)."""
+    from kernelworks.bench.engine import step_cost
+    from kernelworks.ops.cross_entropy.spec import CROSS_ENTROPY_SPEC as CE
+    from kernelworks.spec import STEP
+
+    case = next(c for c in CE.bench_cases if c.id.startswith("32000x8192"))
+    assert step_cost(CE, case, STEP) == CE.cost(case, "fwd")
+    assert step_cost(CE, case, STEP).bytes < CE.cost(case, "fwd").bytes + CE.cost(case, "bwd").bytes
+
+
+def test_committed_results_are_rederived_without_touching_times():
+    """rederive_speed_of_light recomputes % of speed of light from a record's median under today's cost
+    model: the committed cross_entropy step at 131% (bytes of a backward the step does not run) comes back
+    at half that, its time unchanged."""
+    from kernelworks.bench.results import rederive_speed_of_light
+    from kernelworks.ops.cross_entropy.spec import CROSS_ENTROPY_SPEC as CE
+
+    case = next(c for c in CE.bench_cases if c.id.startswith("32000x8192"))
+    fwd_bytes = CE.cost(case, "fwd").bytes
+    ms = 2 * fwd_bytes / (3000e9 * 1.31) * 1e3  # what the old model (forward + backward bytes) called 131%
+    doc = {"op": "cross_entropy", "environment": {"gpu": "NVIDIA H100 80GB HBM3", "ceilings": {
+        "source": "measured", "bandwidth_gbs": 3000.0, "tflops": {"bf16": 740.0}}},
+        "records": [{"op": "cross_entropy", "case": case.id, "params": {}, "dtype": "bf16", "mode": "fwd+bwd",
+                     "provider": "kernelworks", "status": "ok", "median_ms": ms, "pct_sol": 131.0}]}
+    assert rederive_speed_of_light(doc) == 1
+    record = doc["records"][0]
+    assert record["median_ms"] == ms and abs(record["pct_sol"] - 65.5) < 0.1 and record["cost_model"] is None
+    assert doc["environment"]["ceilings"]["tflops"]["bf16"] == 740.0  # measured rates kept as recorded
+    assert doc["environment"]["ceilings"]["roofline_tflops"]["bf16"] == 989

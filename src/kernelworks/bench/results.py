@@ -90,3 +90,43 @@ def save(records: Sequence[BenchRecord], op: str, env: dict[str, Any], root: Pat
 def load_all(root: Path) -> list[dict[str, Any]]:
     """Every results file under ``root`` (sorted by path)."""
     return [json.loads(p.read_text()) for p in sorted(root.glob("*/*.json"))]
+
+
+def rederive_speed_of_light(doc: dict[str, Any]) -> int:
+    """Recompute every timed record's TFLOP/s, GB/s, % of speed of light and bound in a results ``doc`` (in
+    place) from its median and today's cost model and ceiling rules — the compute ceiling never below the
+    datasheet peak of its dtype — dropping and flagging figures still beyond speed of light. The times are
+    untouched; records whose case the spec no longer has keep their figures. Returns the records changed."""
+    from kernelworks.bench.engine import BenchRecord, flag_beyond_speed_of_light, step_cost
+    from kernelworks.bench.roofline import roofline
+    from kernelworks.hardware import Ceilings, lookup
+    from kernelworks.spec import load_spec
+
+    spec = load_spec(doc["op"])
+    cases = {c.id: c for c in (*spec.bench_cases, *spec.check_cases)}
+    env = doc.get("environment", {})
+    stored = env.get("ceilings") or {}
+    gpu = lookup(env.get("gpu") or "")
+    tflops = dict(gpu.peak_tflops) if gpu else {}
+    for key, rate in stored.get("tflops", {}).items():
+        tflops[key] = max(rate, tflops.get(key, 0.0))
+    bandwidth = stored.get("bandwidth_gbs") or (gpu.mem_bandwidth_gbs if gpu else 0.0)
+    ceil = Ceilings(env.get("gpu") or "?", bandwidth, tflops, stored.get("source", "datasheet"))
+    if "ceilings" in env:  # the measured rates stay as recorded; the roofline's, beside them
+        env["ceilings"]["roofline_tflops"] = tflops
+    changed = 0
+    fields = {f for f in BenchRecord.__dataclass_fields__}
+    for r in doc["records"]:
+        case = cases.get(r["case"])
+        if case is None or r.get("status") != "ok" or not r.get("median_ms"):
+            continue
+        line = roofline(step_cost(spec, case, r["mode"]), r["median_ms"], ceil, case.dtype)
+        rec = BenchRecord(**{k: v for k, v in r.items() if k in fields})
+        rec.tflops, rec.gbs, rec.pct_sol, rec.bound, rec.cost_model = line.tflops, line.gbs, line.pct_sol, \
+            line.bound, None
+        flag_beyond_speed_of_light(rec)
+        new = {**r, **{k: getattr(rec, k) for k in ("tflops", "gbs", "pct_sol", "bound", "cost_model")}}
+        changed += new != r
+        r.update(new)
+    return changed
+

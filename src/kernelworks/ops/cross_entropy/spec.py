@@ -253,6 +253,7 @@ CROSS_ENTROPY_SPEC = register(OpSpec(
     check_cases=_ce_check_cases(),
     bench_cases=_ce_bench_cases(),
     cost=_ce_cost,
+    step_cost=lambda case: _ce_cost(case, "fwd"),  # the forward writes the gradient; the step needs no more
     providers={"kernelworks": Provider("kernelworks", cross_entropy), **_liger(_liger_cross_entropy)},
     grad_inputs=("logits",),
     bench_step=True,
@@ -267,6 +268,7 @@ FUSED_LINEAR_CROSS_ENTROPY_SPEC = register(OpSpec(
     check_cases=_flce_check_cases(),
     bench_cases=_flce_bench_cases(),
     cost=_flce_cost,
+    step_cost=lambda case: _flce_cost(case, "fwd"),  # the forward computes both gradients
     providers={"kernelworks": Provider("kernelworks", fused_linear_cross_entropy),
                **_liger(_liger_fused_linear_cross_entropy)},
     grad_inputs=("hidden", "weight", "bias"),
