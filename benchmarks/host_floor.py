@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+from host_time import host_us  # the same timing loop (benchmarks/ is on the path when run as a script)
 
 from kernelworks.runtime import launch as kw_launch
 
@@ -32,17 +31,7 @@ def _copy_kernel(p_x, p_y, n, BLOCK: tl.constexpr):
 
 
 def _host_us(fn: Callable[[], object], calls: int = 2000) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    batches = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        batches.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(batches)
+    return host_us(fn, calls, warmup=50)
 
 
 def main() -> None:

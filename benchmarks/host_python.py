@@ -19,8 +19,8 @@ import timeit
 os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors pass validation; planning is switched to the GPU's below
 
 import torch
+from host_time import cases  # the same calls (benchmarks/ is on the path when run as a script)
 
-import kernelworks as kw
 import kernelworks.runtime.device as device
 from kernelworks.runtime import launch
 
@@ -41,21 +41,6 @@ def _stub_launches() -> None:
     device._planning_for_gpu = True
 
 
-def cases(train: bool) -> dict:
-    def t(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, dtype=torch.bfloat16).requires_grad_(train)
-
-    x, r, w, b = t(1, 4096), t(1, 4096), t(4096), t(4096)
-    logits, target = t(4, 32000), torch.randint(0, 32000, (4,))
-    a, wt = t(16, 256), t(256, 256)
-    q, k, v = t(1, 128, 8, 128), t(1, 128, 8, 128), t(1, 128, 8, 128)
-    return {"rms_norm": lambda: kw.rms_norm(x, w), "rms_norm+residual": lambda: kw.rms_norm(x, w, residual=r),
-            "layer_norm": lambda: kw.layer_norm(x, w, b), "softmax": lambda: kw.softmax(x),
-            "silu": lambda: kw.silu(x), "swiglu": lambda: kw.swiglu(x, r),
-            "cross_entropy": lambda: kw.cross_entropy(logits, target), "matmul": lambda: kw.matmul(a, wt),
-            "flash_attention": lambda: kw.flash_attention(q, k, v, causal=True)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("ops", nargs="*", help="ops to time (default: all)")
@@ -64,13 +49,13 @@ def main() -> None:
     args = ap.parse_args()
     _stub_launches()
     with torch.set_grad_enabled(args.train):
-        for name, call in cases(args.train).items():
+        for name, (call, _) in cases(args.train, "cpu").items():
             if args.ops and name not in args.ops:
                 continue
             for _ in range(50):
                 call()
             us = min(timeit.repeat(call, number=args.calls, repeat=5)) / args.calls * 1e6
-            print(f"{name:20s} {us:7.2f} µs")
+            print(f"{name:30s} {us:7.2f} µs")
 
 
 if __name__ == "__main__":

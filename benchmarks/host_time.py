@@ -25,8 +25,10 @@ import torch.nn.functional as F  # noqa: N812 - the name torch code uses
 import kernelworks as kw
 
 
-def _host_us(fn: Callable[[], object], calls: int) -> float:
-    for _ in range(20):
+def host_us(fn: Callable[[], object], calls: int, warmup: int = 20) -> float:
+    """Median over 5 batches of ``calls`` back-to-back calls (no sync inside a batch) of the wall µs per call,
+    after ``warmup`` calls."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     batches = []
@@ -40,8 +42,10 @@ def _host_us(fn: Callable[[], object], calls: int) -> float:
     return statistics.median(batches)
 
 
-def cases(train: bool) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
-    dev, dt = "cuda", torch.bfloat16
+def cases(train: bool, dev: str = "cuda") -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """Each op's eager call, ours and torch's equivalent, on small ``dev`` tensors (requiring grad when
+    ``train``)."""
+    dt = torch.bfloat16
 
     def t(*shape: int, grad: bool = train, dtype: torch.dtype = dt) -> torch.Tensor:
         return torch.randn(*shape, device=dev, dtype=dtype).requires_grad_(grad)
@@ -120,7 +124,7 @@ def main() -> None:
         with torch.set_grad_enabled(mode == "train"):
             for name, (ours, theirs) in cases(mode == "train").items():
                 try:
-                    k_us, t_us = _host_us(ours, args.calls), _host_us(theirs, args.calls)
+                    k_us, t_us = host_us(ours, args.calls), host_us(theirs, args.calls)
                     rows.append({"op": name, "mode": mode, "kernelworks_us": k_us, "torch_us": t_us,
                                  "ratio": k_us / t_us})
                 except Exception as e:  # one op's failure must not hide the other numbers

@@ -130,6 +130,16 @@ def load_calibration() -> dict[str, dict]:
         return {}
 
 
+def roofline_tflops(datasheet: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
+    """Compute ceilings by dtype: the larger of the datasheet peak and a measured rate. A ceiling is an upper
+    bound, and a kernel can beat the cuBLAS rate calibration measures (our matmul did, 111% of it), never the
+    datasheet peak."""
+    tflops = dict(datasheet)
+    for key, rate in measured.items():
+        tflops[key] = max(rate, tflops.get(key, 0.0))
+    return tflops
+
+
 def ceilings() -> Ceilings | None:
     """Measured ceilings for the current GPU when cached, else the datasheet's; None without a GPU."""
     gpu = current_gpu()
@@ -138,11 +148,7 @@ def ceilings() -> Ceilings | None:
     name = torch.cuda.get_device_name()
     measured = load_calibration().get(name)
     if measured:
-        # a compute ceiling is an upper bound: a kernel can beat the cuBLAS rate calibration measured (our
-        # matmul did, 111% of it), never the datasheet peak, so the larger of the two
-        tflops = {**gpu.peak_tflops}
-        for key, rate in measured.get("tflops", {}).items():
-            tflops[key] = max(rate, tflops.get(key, 0.0))
+        tflops = roofline_tflops(gpu.peak_tflops, measured.get("tflops", {}))
         return Ceilings(name, measured["bandwidth_gbs"], tflops, "measured")
     return Ceilings(name, gpu.mem_bandwidth_gbs, dict(gpu.peak_tflops), "datasheet")
 

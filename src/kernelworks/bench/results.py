@@ -99,7 +99,7 @@ def rederive_speed_of_light(doc: dict[str, Any]) -> int:
     untouched; records whose case the spec no longer has keep their figures. Returns the records changed."""
     from kernelworks.bench.engine import BenchRecord, flag_beyond_speed_of_light, step_cost
     from kernelworks.bench.roofline import roofline
-    from kernelworks.hardware import Ceilings, lookup
+    from kernelworks.hardware import Ceilings, lookup, roofline_tflops
     from kernelworks.spec import load_spec
 
     spec = load_spec(doc["op"])
@@ -107,9 +107,7 @@ def rederive_speed_of_light(doc: dict[str, Any]) -> int:
     env = doc.get("environment", {})
     stored = env.get("ceilings") or {}
     gpu = lookup(env.get("gpu") or "")
-    tflops = dict(gpu.peak_tflops) if gpu else {}
-    for key, rate in stored.get("tflops", {}).items():
-        tflops[key] = max(rate, tflops.get(key, 0.0))
+    tflops = roofline_tflops(gpu.peak_tflops if gpu else {}, stored.get("tflops", {}))
     bandwidth = stored.get("bandwidth_gbs") or (gpu.mem_bandwidth_gbs if gpu else 0.0)
     ceil = Ceilings(env.get("gpu") or "?", bandwidth, tflops, stored.get("source", "datasheet"))
     if "ceilings" in env:  # the measured rates stay as recorded; the roofline's, beside them

@@ -64,7 +64,13 @@ def packed_positions(position_ids: torch.Tensor | None, cache, kwargs: dict) -> 
         return False
     if cache is not None and cache.get_seq_length() > 0:
         return False
-    return bool((position_ids[..., 1:] - position_ids[..., :-1] != 1).any())
+    return bool(_restarts(position_ids).any())
+
+
+def _restarts(position_ids: torch.Tensor) -> torch.Tensor:
+    """``[..., seq − 1]`` bool: HF's packing rule, a position that does not follow its predecessor by one
+    starts a sequence (token 0 left out: it always starts one)."""
+    return position_ids[..., 1:] - position_ids[..., :-1] != 1
 
 
 
@@ -83,7 +89,7 @@ def _segments(position_ids: torch.Tensor, batch: int) -> torch.Tensor | None:
         return cached
     pos = position_ids.expand(batch, -1)
     starts = torch.ones_like(pos, dtype=torch.bool)
-    starts[:, 1:] = pos[:, 1:] - pos[:, :-1] != 1
+    starts[:, 1:] = _restarts(pos)
     starts = starts if bool(starts[:, 1:].any()) else None
     if not torch.compiler.is_compiling():
         _last_segments = (weakref.ref(position_ids), position_ids._version, batch, starts)

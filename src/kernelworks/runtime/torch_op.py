@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 """Tensor types the eager paths take; anything else (FakeTensor, other subclasses) goes to the custom op,
 whose dispatch knows what to do with it. ``nn.Parameter`` is a plain tensor here: a module's weight must not
 send every call down the ~100 µs custom-op path."""
@@ -71,7 +71,7 @@ class TorchOp:
         grad_mode, needs_grad = torch.is_grad_enabled(), False
         for a in args:  # one pass, no temporaries: this runs on every eager call
             if isinstance(a, torch.Tensor):
-                if type(a) not in _PLAIN:
+                if type(a) not in PLAIN_TENSORS:
                     return self.custom_op(*args)
                 needs_grad = needs_grad or (grad_mode and a.requires_grad)
         return self.function.apply(*args) if needs_grad else self._forward(*args)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from kernelworks.runtime.device import cpu_tensors_allowed
+from kernelworks.runtime.torch_op import PLAIN_TENSORS
 
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
 """The floating dtypes the kernels accept."""
@@ -44,14 +45,11 @@ def check_dtype(name: str, t: torch.Tensor, dtypes: Sequence[torch.dtype]) -> No
         raise TypeError(f"{name}: expected dtype {_names(dtypes)}, got {str(t.dtype).replace('torch.', '')}")
 
 
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-
-
 def check_float_tensor(name: str, t: object, *, min_dim: int = 1, max_dim: int | None = None,
                        dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> torch.Tensor:
     """:func:`check_tensor` plus a floating dtype the kernels support (fp32, fp16, bf16 by default)."""
     # the common case in one expression (every eager call validates; each nested call costs host time)
-    if type(t) in _PLAIN_TENSORS and t.is_cuda and t.dtype in dtypes and min_dim <= t.dim() \
+    if type(t) in PLAIN_TENSORS and t.is_cuda and t.dtype in dtypes and min_dim <= t.dim() \
             and (max_dim is None or t.dim() <= max_dim) and t.numel():
         return t
     if isinstance(t, torch.Tensor):

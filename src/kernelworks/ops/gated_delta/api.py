@@ -32,7 +32,7 @@ from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
-from kernelworks.runtime.torch_op import TorchOp
+from kernelworks.runtime.torch_op import PLAIN_TENSORS, TorchOp
 from kernelworks.runtime.validate import (
     check_dtype,
     check_float_tensor,
@@ -49,9 +49,6 @@ MAX_HEAD_DIM = 256
 registers."""
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
 # ------------------------------------------------------------------------------------------- custom ops
 
 
@@ -211,7 +208,7 @@ _prefill_op = _prefill.custom_op
 
 
 def _use_custom_op(tensors: list[torch.Tensor | None]) -> bool:
-    return torch.compiler.is_compiling() or any(t is not None and type(t) not in _PLAIN for t in tensors)
+    return torch.compiler.is_compiling() or any(t is not None and type(t) not in PLAIN_TENSORS for t in tensors)
 
 
 # ------------------------------------------------------------------------------------------- validation
