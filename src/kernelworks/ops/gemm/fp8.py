@@ -83,7 +83,9 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
             (K-contiguous: fp8 wgmma reads B K-major) — the same memory ``torch._scaled_mm`` requires (it
             wants B "column-major", i.e. exactly ``w.t()``). A row-major ``[K, N]`` B also works.
         scale_a: float32: one value (per tensor), ``[M]`` (per row; ``[M, 1]`` accepted) or
-            ``[M, ⌈K/128⌉]`` (one scale per 1×128 block of A: ``sa[m, k // 128]``).
+            ``[M, ⌈K/128⌉]`` (one scale per 1×128 block of A: ``sa[m, k // 128]``). An infinite scale makes
+            the outputs it touches non-finite: ±inf, or NaN where the unscaled sum is 0 (the accumulator is
+            scaled, not the operands, so which one can differ from a reference that scales first).
         scale_b: float32: one value, ``[N]`` (per column; ``[1, N]`` accepted) or ``[⌈N/128⌉, ⌈K/128⌉]``
             (one per 128×128 block of the weight, indexed by (output block, K block): ``sb[n // 128, k // 128]``
             — DeepSeek-V3's weight-scale layout for ``w [N, K]``). Block scales go together: both or neither.
