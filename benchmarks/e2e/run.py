@@ -12,6 +12,8 @@ file. Jobs:
 - ``small-train``: the small Llama (hidden 1024, 4 layers, 8 × 1024 tokens), 50 steps: the loss curves of HF
   eager and kernelworks eager, plus torch.compile and CUDA graphs (``reduce-overhead``) of both.
 - ``qwen3-train``: the Qwen3-8B-shaped model, HF eager, torch.compile, kernelworks eager and compiled.
+- ``qwen3-moe-train``: the Qwen3-30B-A3B-shaped MoE model (2 layers, 128 experts, top 8, 2 × 4096 tokens), HF
+  eager (its ``grouped_mm`` experts), torch.compile, Liger, kernelworks eager and compiled.
 - ``decode``: greedy ``generate`` of 128 tokens at batch 1 and 32 on the Llama-3-8B-shaped model, HF eager and
   kernelworks eager.
 """
@@ -37,6 +39,8 @@ JOBS: dict[str, list[dict]] = {
                     ("hf-eager", "kw-eager", "hf-compile", "hf-graphs", "kw-graphs")],
     "qwen3-train": [dict(model="qwen3-8b-2l", variant=v) for v in
                     ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
+    "qwen3-moe-train": [dict(model="qwen3-moe-2l", variant=v) for v in
+                        ("hf-eager", "hf-compile", "liger", "kw-eager", "kw-compile")],
     "decode": [dict(model="llama3-8b-2l", variant=v, task="decode", batch=b) for b in (1, 32)
                for v in ("hf-eager", "kw-eager")],
 }
@@ -93,7 +97,7 @@ def run(jobs: list[str], out_dir: Path, deadline_s: float) -> Path:
             except subprocess.TimeoutExpired:
                 ok, err = False, "timed out"
             row = json.loads(out.read_text()) if ok else {**item, "task": item.get("task", "train"), "error": err}
-            row["job"], row["wall_s"] = job, round(time.time() - t0, 1)
+            row["job"], row["wall_s"], row["commit"] = job, round(time.time() - t0, 1), doc["environment"]["commit"]
             doc["runs"] = [r for r in doc["runs"] if (r["job"], r["variant"], r.get("batch")) !=
                            (job, item["variant"], row.get("batch"))] + [row]
             results_path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -543,7 +543,7 @@ def test_opcheck():
                                                    o.detach(), lse.detach(), None, None, 9, 9, 0.25, -1, 0, 0.0),
                           test_utils=("test_schema", "test_faketensor"))
     args = _paged([20, 5], 4, 2, 16, 16, F32)
-    torch.library.opcheck(api._decode_op, (*args, 0.25, 0.0), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(api._decode.custom_op, (*args, 0.25, 0.0), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_specs_registered_and_consistent():

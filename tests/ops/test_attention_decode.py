@@ -259,3 +259,112 @@ def test_sm90_forward_tma_compiles(knobs):
     r = next(r for r in reports if r.name == "_attn_fwd_kernel")
     assert r.spill_bytes == 0 and r.mix.count("UTMALDG") > 0 and r.mix.count("HGMMA") > 0
     assert r.constexprs.get("TMA") is True
+
+
+# ------------------------------------------------------------------ flash_attention's decode shapes (dense cache)
+
+
+def _dense_check(q, k, v, dtype, **opts):
+    """flash_attention on decode shapes (inference) against the float64 reference of flash_attention."""
+    with torch.no_grad():
+        o = kernelworks.flash_attention(q, k, v, **opts)
+    ref = reference.flash_attention(q.double(), k.double(), v.double(), **opts)
+    base = reference.flash_attention(q, k, v, **opts)
+    err, base_err = (o.double() - ref).abs().max().item(), (base.double() - ref).abs().max().item()
+    assert o.shape == q.shape and o.dtype == dtype
+    assert err <= 2 * base_err + (2e-5 if dtype == F32 else 2e-3), (err, base_err)
+
+
+@pytest.fixture
+def dense_calls(monkeypatch):
+    """Counts the calls flash_attention hands to the split-KV decode kernel."""
+    from kernelworks.ops.attention import api
+
+    calls = []
+    real = api._dense_decode._forward
+    monkeypatch.setattr(api._dense_decode, "_forward", lambda *a: calls.append(a) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("seq_q,seq_k", [(1, 77), (3, 130), (16, 64), (1, 300)])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+def test_decode_shaped_flash_calls_take_split_kv(dense_calls, seq_q, seq_k, dtype):
+    """A Hugging Face cache ``[B, Hkv, S, D]`` (bhsd) with a few new queries, GQA 4:1, causal bottom-right:
+    the split-KV kernel (several splits past 256 keys on the interpreter's plan) gives flash's answer."""
+    torch.manual_seed(40)
+    q = torch.randn(3, 8, seq_q, 32, device=DEVICE).to(dtype)
+    k, v = (torch.randn(3, 2, seq_k, 32, device=DEVICE).to(dtype) for _ in range(2))
+    _dense_check(q, k, v, dtype, causal=True, layout="bhsd")
+    assert len(dense_calls) == 1
+
+
+def test_decode_shaped_softcap_noncontiguous_cache(dense_calls):
+    """Soft-capping, a cache sliced from a longer buffer (HF's static cache: its own strides), bshd."""
+    torch.manual_seed(41)
+    q = torch.randn(2, 1, 4, 24, device=DEVICE)
+    k_buf, v_buf = (torch.randn(2, 200, 2, 24, device=DEVICE) for _ in range(2))
+    k, v = k_buf[:, :150], v_buf[:, :150]
+    _dense_check(q, k, v, F32, causal=False, softcap=5.0, softmax_scale=0.3)
+    assert len(dense_calls) == 1
+
+
+def test_decode_cache_growing_token_by_token(dense_calls):
+    """Decoding step after step (the cache one key longer each time, across a page-size doubling at 128):
+    every step matches the reference."""
+    torch.manual_seed(42)
+    k_all, v_all = (torch.randn(1, 2, 140, 16, device=DEVICE) for _ in range(2))
+    for seq_k in (120, 127, 128, 129, 140):
+        q = torch.randn(1, 4, 1, 16, device=DEVICE)
+        _dense_check(q, k_all[:, :, :seq_k], v_all[:, :, :seq_k], F32, causal=True, layout="bhsd")
+    assert len(dense_calls) == 5
+
+
+@pytest.mark.parametrize("case", ["grad", "lse", "window", "noncausal-q2", "q17", "short-kv", "varlen"])
+def test_flash_calls_that_stay_on_the_flash_kernel(dense_calls, case):
+    """Calls the decode kernel does not compute (a gradient or the lse wanted, a window that drops keys,
+    several non-causal queries, more than 16 queries, a cache shorter than 64) stay on the flash kernel,
+    with the right answer."""
+    torch.manual_seed(43)
+    seq_q = {"q17": 17, "noncausal-q2": 2}.get(case, 1)
+    seq_k = 40 if case == "short-kv" else 100
+    q = torch.randn(2, seq_q, 4, 16, device=DEVICE, requires_grad=case == "grad")
+    k, v = (torch.randn(2, seq_k, 2, 16, device=DEVICE) for _ in range(2))
+    opts = dict(causal=case != "noncausal-q2", window=(10, 0) if case == "window" else None)
+    if case == "varlen":
+        cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+        cu_k = torch.tensor([0, 100, 200], dtype=torch.int32, device=DEVICE)
+        o = kernelworks.flash_attention(q.reshape(2, 4, 16), k.reshape(200, 2, 16), v.reshape(200, 2, 16),
+                                        cu_seqlens_q=cu, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=100,
+                                        **opts)
+        ref = reference.flash_attention(q, k, v, **opts).reshape(2, 4, 16)
+    else:
+        o = kernelworks.flash_attention(q, k, v, return_lse=case == "lse", **opts)
+        o = o[0] if case == "lse" else o
+        ref = reference.flash_attention(q.detach(), k, v, **opts)
+    torch.testing.assert_close(o.detach(), ref, atol=2e-5, rtol=2e-5)
+    assert dense_calls == []
+
+
+def test_decode_shaped_window_that_does_not_bite(dense_calls):
+    """A sliding window at least as long as the cache drops nothing: the decode kernel takes it."""
+    torch.manual_seed(44)
+    q = torch.randn(2, 1, 4, 16, device=DEVICE)
+    k, v = (torch.randn(2, 100, 2, 16, device=DEVICE) for _ in range(2))
+    _dense_check(q, k, v, F32, causal=True, window=(99, 0))
+    assert len(dense_calls) == 1
+
+
+def test_decode_shaped_stays_in_bounds(monkeypatch, dense_calls):
+    """Inputs between NaN margins, outputs between sentinels: the dense decode reads and writes nothing
+    outside its tensors (a page size past the cache length must not reach past it)."""
+    from test_attention import Guarded
+
+    torch.manual_seed(45)
+    guard = Guarded()
+    guard.patch(monkeypatch)
+    q = guard.input(torch.randn(2, 4, 3, 16, device=DEVICE))
+    k = guard.input(torch.randn(2, 2, 70, 16, device=DEVICE))
+    v = guard.input(torch.randn(2, 2, 70, 16, device=DEVICE))
+    _dense_check(q, k, v, F32, causal=True, layout="bhsd")
+    guard.check()
+    assert len(dense_calls) == 1

@@ -678,7 +678,7 @@ def test_custom_ops_opcheck():
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_static")
     x = _decode_inputs(3, 1, 2, 16, 16, slots=4)
     idx = torch.tensor([2, -1, 0], dtype=torch.int32, device=DEVICE)
-    torch.library.opcheck(api._decode_op, (*x.values(), idx, 0.25, None, None, False, None), test_utils=utils)
+    torch.library.opcheck(api._decode.custom_op, (*x.values(), idx, 0.25, None, None, False, None), test_utils=utils)
     p = _prefill_inputs(1, 20, 1, 2, 16, 16)
     torch.library.opcheck(api._prefill_op, (*p.values(), None, None, True, None, 0.25, 16), test_utils=utils)
     grads = (torch.randn(1, 20, 2, 16, device=DEVICE), None, *p.values(), None, None, None, 0.25, 16, False,

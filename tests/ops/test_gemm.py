@@ -786,20 +786,76 @@ def test_grouped_no_experts_gives_zeros():
     assert torch.equal(out, torch.zeros(5, 6, device=DEVICE))
 
 
-def test_forward_only_ops_refuse_inputs_that_require_grad():
-    """``grouped_matmul`` and ``fp8_matmul`` have no backward: with grad mode on, an input that requires grad
-    raises (the output used to come back detached, the gradient silently lost); under ``no_grad`` the call
-    runs."""
-    a, b = _grouped_inputs([3, 5], 16, 8)
-    with pytest.raises(NotImplementedError, match=r"^a: grouped_matmul has no backward"):
-        grouped_matmul(a.detach().requires_grad_(True), b, [3, 5])
-    with pytest.raises(NotImplementedError, match=r"^b: grouped_matmul has no backward"):
-        grouped_matmul(a, b.detach().requires_grad_(True), [3, 5])
-    with torch.no_grad():
-        grouped_matmul(a.detach().requires_grad_(True), b, [3, 5])
+def test_fp8_refuses_inputs_that_require_grad():
+    """``fp8_matmul`` has no backward: with grad mode on, an input that requires grad raises (the output used
+    to come back detached, the gradient silently lost)."""
     scale = torch.ones((), device=DEVICE, requires_grad=True)
     with pytest.raises(NotImplementedError, match=r"^scale_a: fp8_matmul has no backward"):
         fp8_matmul(_fp8(4, 256), _fp8(64, 256).t(), scale, torch.ones((), device=DEVICE))
+
+
+def _grouped_grads(a, b, sizes, dc, **kw):
+    a, b = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    grouped_matmul(a, b, sizes, **kw).backward(dc)
+    return a.grad, b.grad
+
+
+@pytest.mark.parametrize("sizes,rows", [([5, 0, 17, 1, 33], 56), ([0, 0, 9], 12), ([40], 40)],
+                         ids=["skewed-empty", "uncovered-tail", "one"])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+def test_grouped_gradients_match_float64(sizes, rows, dtype):
+    """dA and dB against float64 autograd through the loop of matmuls: empty experts (zero dB), rows no
+    group covers (zero dA), B a transposed view of ``[E, N, K]`` storage (dB comes back laid out as B, so
+    the parameter's gradient needs no copy)."""
+    torch.manual_seed(50)
+    a = _rand(rows, 37, dtype=dtype)
+    b = _rand(len(sizes), 24, 37, dtype=dtype, scale=37 ** -0.5).transpose(1, 2)
+    dc = _rand(rows, 24, dtype=dtype)
+    t = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    da, db = _grouped_grads(a, b, t, dc)
+    a64, b64 = a.double().requires_grad_(True), b.double().requires_grad_(True)
+    reference.grouped_matmul(a64, b64, t).backward(dc.double())
+    a_lo, b_lo = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    reference.grouped_matmul(a_lo, b_lo, t).backward(dc)
+    for name, got, want, base in (("da", da, a64.grad, a_lo.grad), ("db", db, b64.grad, b_lo.grad)):
+        c = compare(name, got, want, base, default_tolerance(dtype), expected_dtype=dtype)
+        assert c.passed, c
+    assert db.stride() == b.stride() and db.dtype == dtype
+    for e in (e for e, size in enumerate(sizes) if size == 0):
+        assert torch.equal(db[e], torch.zeros_like(db[e]))
+    assert torch.equal(da[sum(sizes):], torch.zeros_like(da[sum(sizes):]))
+
+
+def test_grouped_gradient_of_offsets_and_one_side():
+    """Offsets starting past row 0 give the same gradients as the sizes they encode (uncovered head rows:
+    zero dA); only the input that requires grad gets one."""
+    torch.manual_seed(51)
+    a, b = _grouped_inputs([4, 6, 3], 16, 8)
+    a = torch.cat([_rand(2, 16), a])
+    dc = _rand(15, 8)
+    offsets = torch.tensor([2, 6, 12, 15], dtype=torch.int64, device=DEVICE)
+    da, db = _grouped_grads(a, b, None, dc, offsets=offsets)
+    da2, db2 = _grouped_grads(a[2:], b, [4, 6, 3], dc[2:])
+    torch.testing.assert_close(da[2:], da2)
+    torch.testing.assert_close(db, db2)
+    assert torch.equal(da[:2], torch.zeros_like(da[:2]))
+    a_only = a.detach().requires_grad_(True)
+    grouped_matmul(a_only, b, offsets=offsets).sum().backward()
+    assert a_only.grad is not None and b.grad is None
+
+
+def test_grouped_backward_torch_compile_fullgraph():
+    """Forward and backward under ``torch.compile(fullgraph=True)`` (the custom ops and their autograd)."""
+    torch.manual_seed(52)
+    a, b = _grouped_inputs([3, 0, 6], 16, 8)
+    t = torch.tensor([3, 0, 6], device=DEVICE)
+    dc = _rand(9, 8)
+
+    want = _grouped_grads(a, b, t, dc)
+    a2, b2 = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    torch.compile(lambda a, b: grouped_matmul(a, b, t), backend="aot_eager", fullgraph=True)(a2, b2).backward(dc)
+    for g, w in zip((a2.grad, b2.grad), want):
+        torch.testing.assert_close(g, w)
 
 
 # ----------------------------------------------------------------- bf16 (under the interpreter: fp32 dots)

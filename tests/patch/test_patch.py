@@ -45,7 +45,15 @@ def _config(family: str):
     if family == "gemma3_text":
         return tf.Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
                                    layer_types=["sliding_attention", "full_attention"])
+    if family == "qwen3_moe":  # layer 0 sparse (4 experts, top 2), layer 1 a dense MLP
+        return tf.Qwen3MoeConfig(**COMMON, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=48, mlp_only_layers=[1], norm_topk_prob=True)
+    if family == "mixtral":
+        return tf.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=4)
     raise AssertionError(family)
+
+
+MOE = ("qwen3_moe", "mixtral")
 
 
 def _pair(family: str = "llama", seed: int = 0):
@@ -105,7 +113,8 @@ def test_family_matches_unpatched(family, rotary):
     keys = list(model.state_dict())
     ptrs = [t.data_ptr() for t in model.state_dict().values()]
     kernelworks.patch(model)
-    assert patched(model) == ("rms_norm", "mlp", "rope", "attention", "loss")
+    experts = ("experts",) if family in MOE else ()
+    assert patched(model) == ("rms_norm", *experts, "mlp", "rope", "attention", "loss")
     assert list(model.state_dict()) == keys and [t.data_ptr() for t in model.state_dict().values()] == ptrs
     ids = _ids()
     with torch.no_grad():
@@ -130,6 +139,35 @@ def test_family_matches_unpatched(family, rotary):
     prompt = _ids(1, 6, seed=2)
     new = model.generate(prompt, max_new_tokens=5, do_sample=False)
     assert torch.equal(new, reference.generate(prompt, max_new_tokens=5, do_sample=False))
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_moe_router_logits_and_aux_loss(family):
+    """With router logits asked for, the load-balancing loss comes back as HF computes it and is added to
+    the fused loss; the router's gradient flows through the routing weights the grouped experts use."""
+    model, reference = _pair(family)
+    kernelworks.patch(model)
+    ids = _ids()
+    model.train(), reference.train()
+    out = model(ids, labels=ids, output_router_logits=True)
+    ref = reference(ids, labels=ids, output_router_logits=True)
+    torch.testing.assert_close(out.aux_loss, ref.aux_loss, **TOL)
+    torch.testing.assert_close(out.loss, ref.loss, **TOL)
+    assert len(out.router_logits) == len(ref.router_logits)
+    out.loss.backward(), ref.loss.backward()
+    router = next(n for n in _grads(model) if n.endswith("mlp.gate.weight"))
+    torch.testing.assert_close(_grads(model)[router], _grads(reference)[router], **TOL)
+
+
+def test_experts_in_another_layout_stay_on_torch():
+    """Stacked experts in a layout the grouped kernels do not compute (here: expert parallel) keep HF's
+    forward, with a warning; the dense MLPs are still patched."""
+    model, reference = _pair("qwen3_moe")
+    model.model.layers[0].mlp.experts._is_expert_parallel = True
+    with pytest.warns(UserWarning, match="stays on torch"):
+        kernelworks.patch(model)
+    assert "experts" not in patched(model)
+    assert type(model.model.layers[0].mlp.experts) is type(reference.model.layers[0].mlp.experts)
 
 
 def test_loss_num_items_in_batch_and_eval_labels():

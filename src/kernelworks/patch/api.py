@@ -58,12 +58,32 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("llama", 0.0, _layer_window),
     "gemma2": Family("gemma", 1.0, _window_softcap),
     "gemma3_text": Family("gemma", 1.0, _layer_window),
+    "qwen3_moe": Family("llama", 0.0, _layer_window),
+    "mixtral": Family("llama", 0.0, _config_window),
 }
-"""Supported ``config.model_type`` values (Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3 text)."""
+"""Supported ``config.model_type`` values (Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3 text, and the
+mixture-of-experts Qwen3-MoE and Mixtral)."""
 
 _GLU = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu_pytorch_tanh": ("geglu", "tanh"),
         "gelu_new": ("geglu", "tanh"), "gelu": ("geglu", "none")}
 """HF activation names → the gated op and its GELU approximation."""
+
+_EXPERTS_LAYOUT = {"has_gate": True, "is_concatenated": True, "has_bias": False, "is_transposed": False,
+                   "has_post_expert_norm": False, "_is_expert_parallel": False}
+"""The stacked-experts layout :func:`kernelworks.patch.layers.experts_forward` computes (HF's
+``use_experts_implementation`` flags): ``gate_up_proj [E, 2I, H]`` as ``[gate; up]``, ``down_proj [E, H, I]``,
+no biases, no expert parallelism. Other layouts keep HF's experts forward."""
+
+
+def _experts(mlp: nn.Module) -> nn.Module | None:
+    """The stacked experts of a sparse MoE block in the layout we compute, else None."""
+    experts = getattr(mlp, "experts", None)
+    if experts is None or not isinstance(getattr(experts, "gate_up_proj", None), torch.Tensor):
+        return None
+    if any(getattr(experts, flag, value) != value for flag, value in _EXPERTS_LAYOUT.items()):
+        return None
+    return experts
+
 
 # ------------------------------------------------------------------------------------------- class swap
 
@@ -148,15 +168,17 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
     turned off (it then stays on torch exactly as the model had it):
 
     Args:
-        model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2 or
-            Gemma 3 (text) from transformers ≥ 5.
+        model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2,
+            Gemma 3 (text), Qwen3-MoE or Mixtral from transformers ≥ 5.
         rms_norm: every RMSNorm (Qwen3/Gemma3's per-head q/k norms too) → :func:`kernelworks.rms_norm`
             (Gemma's ``1 + weight`` as ``offset=1``), and the decoder layer's mid-layer residual add fused
             into the next norm (``(y, h) = rms_norm(x, w, residual=h)``).
         rope: rotary embedding of q and k → ``kernelworks.rotary_embedding`` (stays on torch, with a warning,
             while that op is not in this kernelworks).
         mlp: the gated MLP's activation → :func:`kernelworks.swiglu` / :func:`kernelworks.geglu` between the
-            model's own gate/up/down projections.
+            model's own gate/up/down projections; in a mixture-of-experts block (Qwen3-MoE, Mixtral) the
+            experts → two :func:`kernelworks.grouped_matmul` around the gated activation, tokens sorted by
+            expert on the device (the router stays the model's; ``patched`` then lists ``"experts"``).
         attention: ``config._attn_implementation = "kernelworks"`` → :func:`kernelworks.flash_attention`
             (GQA, causal, sliding window, soft-capping, packed sequences by ``position_ids``, decode with a
             cache). Padding masks, dropout in training and head_dim > 256 stay on torch (warned once).
@@ -204,7 +226,16 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
         act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
         if act in _GLU:
             for layer in base.layers:
-                state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
+                experts = _experts(layer.mlp)
+                if experts is not None:  # a sparse MoE block: its router stays, the experts go grouped
+                    state.swap(experts, f"experts:{act}", {"forward": layers.experts_forward, "_kw_glu": _GLU[act]})
+                    if "experts" not in state.patched:
+                        state.patched.append("experts")
+                elif hasattr(layer.mlp, "gate_proj"):
+                    state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
+                else:
+                    attention_fn.warn_once(f"{type(layer.mlp).__name__} is not a gated MLP or stacked experts "
+                                           "in the layout the kernels take; it stays on torch")
             state.patched.append("mlp")
         else:
             attention_fn.warn_once(f"MLP activation {act!r} has no gated kernel; the MLP stays on torch")

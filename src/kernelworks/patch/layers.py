@@ -14,7 +14,7 @@ import sys
 import torch
 from torch.nn import functional
 from transformers import modeling_utils
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
 
@@ -47,6 +47,38 @@ def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     gate, up = self.gate_proj(x), self.up_proj(x)
     h = kernelworks.swiglu(gate, up) if glu == "swiglu" else kernelworks.geglu(gate, up, approximate=approximate)
     return self.down_proj(h)
+
+
+def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+    """HF's mixture-of-experts ``*Experts.forward`` (Qwen3-MoE, Mixtral): ``[tokens, hidden]`` with each
+    token's ``top_k`` experts and routing weights ``[tokens, top_k]`` → ``[tokens, hidden]``.
+
+    The (token, expert) pairs are sorted by expert (a stable sort), counted per expert on the device (a
+    scatter-add: no host sync, static shapes for torch.compile and CUDA graphs), and run as two
+    :func:`kernelworks.grouped_matmul` (the stacked ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]``
+    read as transposed views, no copy) around one gated-activation kernel on the two halves; the outputs,
+    scaled by their routing weights, go back to token order and are summed over the top-k, as HF does.
+    Gradients reach the tokens, the expert weights and the routing weights."""
+    tokens, hidden = hidden_states.shape
+    top_k = top_k_index.shape[-1]
+    expert_ids = top_k_index.reshape(-1)
+    order = torch.argsort(expert_ids, stable=True)
+    sizes = torch.zeros(self.num_experts, dtype=torch.int32, device=expert_ids.device).scatter_add_(
+        0, expert_ids, torch.ones_like(expert_ids, dtype=torch.int32))
+    x = hidden_states[order // top_k]
+    gate_up_w, down_w = self.gate_up_proj, self.down_proj
+    if gate_up_w.dtype != x.dtype:  # autocast: fp32 master weights, 16-bit activations
+        gate_up_w, down_w = gate_up_w.to(x.dtype), down_w.to(x.dtype)
+    gate_up = kernelworks.grouped_matmul(x, gate_up_w.transpose(1, 2), sizes)
+    inner = gate_up.shape[1] // 2
+    glu, approximate = self._kw_glu
+    gate, up = gate_up[:, :inner], gate_up[:, inner:]
+    h = kernelworks.swiglu(gate, up) if glu == "swiglu" else kernelworks.geglu(gate, up, approximate=approximate)
+    y = kernelworks.grouped_matmul(h, down_w.transpose(1, 2), sizes)
+    y = y * top_k_weights.reshape(-1)[order, None].to(y.dtype)
+    unsorted = torch.empty_like(y).index_put_((order,), y)
+    return unsorted.view(tokens, top_k, hidden).sum(dim=1).to(hidden_states.dtype)
 
 
 # ------------------------------------------------------------------------------------------- the KV cache
@@ -193,17 +225,26 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
                       position_ids: torch.LongTensor | None = None, past_key_values=None,
                       inputs_embeds: torch.Tensor | None = None, labels: torch.LongTensor | None = None,
                       use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
-                      **kwargs) -> CausalLMOutputWithPast:
+                      output_router_logits: bool | None = None, **kwargs) -> CausalLMOutputWithPast:
     """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never
     exist; ``logits=None`` as Liger does). Otherwise the logits as HF computes them (final soft-capping
-    included), and with labels the loss from them through :func:`kernelworks.cross_entropy`."""
+    included), and with labels the loss from them through :func:`kernelworks.cross_entropy`. A
+    mixture-of-experts model (its config has ``output_router_logits``) returns HF's MoE output: with router
+    logits asked for, the load-balancing loss as ``aux_loss``, added to the loss times
+    ``router_aux_loss_coef``."""
     kwargs = _with_cache(past_key_values, kwargs)
     if self.config._attn_implementation == attention.NAME:  # packing decided once, not in every layer
         packed = attention.packed_positions(position_ids, kwargs.get(CACHE_NAME), kwargs)
         if packed is not None:
             kwargs[attention.PACKED_KWARG] = packed
+    moe = hasattr(self.config, "output_router_logits")
+    if moe:
+        if output_router_logits is None:
+            output_router_logits = self.config.output_router_logits
+        kwargs["output_router_logits"] = output_router_logits
     outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    kwargs.pop("output_router_logits", None)
     hidden = _keep(outputs.last_hidden_state, logits_to_keep)
     softcap = getattr(self.config, "final_logit_softcapping", None)
     loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")
@@ -217,5 +258,16 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
             logits = torch.tanh(logits / softcap) * softcap
         if labels is not None:
             loss = logits_loss(logits, labels, **loss_kwargs)
-    return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                  attentions=outputs.attentions, **{CACHE_NAME: getattr(outputs, CACHE_NAME)})
+    common = dict(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    cache = getattr(outputs, CACHE_NAME)
+    if not moe:
+        return CausalLMOutputWithPast(**common, **{CACHE_NAME: cache})
+    aux_loss = None
+    if output_router_logits:
+        balance = sys.modules[type(self).__module__].load_balancing_loss_func
+        aux_loss = balance(outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask)
+        if loss is not None:
+            common["loss"] = loss + self.router_aux_loss_coef * aux_loss.to(loss.device)
+    cache_field = "cache" if "cache" in MoeCausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+    return MoeCausalLMOutputWithPast(aux_loss=aux_loss, router_logits=outputs.router_logits, **common,
+                                     **{cache_field: cache})

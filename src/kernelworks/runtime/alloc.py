@@ -36,3 +36,9 @@ def empty(shape: Sequence[int], *, dtype: torch.dtype, device: torch.device | st
 def empty_like(t: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Contiguous ``torch.empty`` shaped like ``t`` that honours :func:`poison_outputs`."""
     return empty(t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def empty_layout_of(t: torch.Tensor) -> torch.Tensor:
+    """``torch.empty_like(t)`` (t's strides where t is dense, e.g. a transposed view) that honours
+    :func:`poison_outputs`: a gradient laid out as its parameter, so autograd need not copy it."""
+    return _poison(torch.empty_like(t))

@@ -5,7 +5,10 @@
 (o, lse)`` (+ ``_backward``), always in the ``[batch, seq, heads, dim]`` layout: SDPA's ``[batch, heads,
 seq, dim]`` is transposed as a view (strides go to the kernels, nothing is copied) and the outputs are
 transposed back. ``lse`` is differentiable (its gradient only shifts Δ in the backward).
-``decode_attention`` is forward-only: ``kernelworks::decode_attention`` through ``torch.library``.
+``decode_attention`` is forward-only: ``kernelworks::decode_attention`` (a
+:class:`~kernelworks.runtime.torch_op.ForwardOp`). ``flash_attention`` calls shaped like decoding (a few
+queries over a longer dense cache, inference) go to the same split-KV kernel, reading the dense K/V as one
+page per sequence (``kernelworks::dense_decode_attention``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 import torch
 
 from kernelworks.ops.attention.backward import attention_bwd
-from kernelworks.ops.attention.decode import decode_fwd
+from kernelworks.ops.attention.decode import decode_fwd, dense_decode_fwd
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM, attention_fwd
 from kernelworks.ops.attention.reference import window_bounds
 from kernelworks.runtime.indices import (
@@ -25,7 +28,7 @@ from kernelworks.runtime.indices import (
     validation,
     validation_enabled,
 )
-from kernelworks.runtime.torch_op import TorchOp
+from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
     check_real,
@@ -102,16 +105,43 @@ _flash = TorchOp("flash_attention", forward=_forward, forward_fake=_forward_fake
 """``kernelworks::flash_attention`` (+ ``_backward``)."""
 
 
-@torch.library.custom_op("kernelworks::decode_attention", mutates_args=())
-def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-               context_lens: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-    return decode_fwd(q, k_cache, v_cache, block_table, context_lens, scale, softcap)
-
-
-@_decode_op.register_fake
 def _decode_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                  context_lens: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
     return q.new_empty(q.shape)
+
+
+_decode = ForwardOp("decode_attention", decode_fwd, fake=_decode_fake)
+"""``kernelworks::decode_attention``: paged cache, forward only."""
+
+
+def _dense_decode_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                       softcap: float) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+_dense_decode = ForwardOp("dense_decode_attention", dense_decode_fwd, fake=_dense_decode_fake)
+"""``kernelworks::dense_decode_attention``: :func:`flash_attention`'s decode shapes on the split-KV kernel."""
+
+DECODE_MAX_Q = 16
+"""Longest ``seq_q`` :func:`flash_attention` hands to the split-KV decode kernel (inference, no window)."""
+DECODE_MIN_KV = 64
+"""Shortest ``seq_k`` it does so for: below it the flash kernel's one tile holds every key anyway."""
+
+
+def _decode_shaped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, left: int,
+                   want_lse: bool) -> bool:
+    """A dense call the split-KV decode kernel computes faster than the flash forward, whose 64–128-row
+    query tiles hold one live row when a generated token attends to its cache (90 µs a call at batch 32
+    on the H100, where reading the cache takes ~10): a few queries (``seq_q ≤ DECODE_MAX_Q``, causal among
+    themselves, or one query), no window that bites, no lse or gradient wanted."""
+    seq_q, seq_k = q.shape[1], k.shape[1]
+    if seq_q > DECODE_MAX_Q or seq_k < DECODE_MIN_KV or seq_q > seq_k or want_lse:
+        return False
+    if not causal and seq_q > 1:
+        return False
+    if 0 <= left < seq_k - 1:  # the window drops keys: the flash kernel does windows
+        return False
+    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -307,7 +337,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     if batch * q.shape[-2] > MAX_GRID_Y:
         raise ValueError(f"q: batch × heads = {batch} × {q.shape[-2]} exceeds {MAX_GRID_Y} (the launch grid's "
                          "second axis); split the batch")
-    o, lse = _flash(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, left, right, cap)
+    if not varlen and _decode_shaped(q, k, v, causal, left, return_lse):
+        o = _dense_decode(q, k, v, scale, cap)
+    else:
+        o, lse = _flash(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, left, right, cap)
     if layout == "bhsd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
@@ -372,4 +405,4 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     elif check_indices:
         with validation():
             _check_decode_values(k_cache, block_table, context_lens)
-    return _decode_op(q, k_cache, v_cache, block_table, context_lens, scale, cap)
+    return _decode(q, k_cache, v_cache, block_table, context_lens, scale, cap)

@@ -111,9 +111,9 @@ def _skip_keys(b_s, b_pg, n_pages, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
 def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
                          stride_qb, stride_qt, stride_qh, stride_kp, stride_ks, stride_kh,
                          stride_vp, stride_vs, stride_vh, stride_bt, stride_btp, stride_ctx, stride_ob, stride_ot,
-                         stride_oh, n_kv_heads, group, q_len, n_heads, head_dim, n_table, n_pages, chunk, n_splits,
-                         qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DIRECT: tl.constexpr, PAGE: tl.constexpr,
-                         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         stride_oh, n_kv_heads, group, q_len, n_heads, head_dim, n_table, n_pages, capacity, chunk,
+                         n_splits, qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DIRECT: tl.constexpr,
+                         PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
     """Partial attention of split ``s`` (keys ``[s·chunk, min((s+1)·chunk, ctx))``, ``chunk`` a multiple
     of BLOCK_N) for the query rows ``r = t·group + hh`` (token t, head ``g·group + hh``) of (batch b, KV
@@ -122,8 +122,9 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
 
     q ``[B, T, Hq, D]``; caches ``[n_pages, PAGE, Hkv, D]``; block table int32 ``[B, n_table]``; ctx int32
     ``[B]`` (both any strides); token t sits at position ``ctx − T + t`` and sees keys ``j ≤ ctx − T + t``.
-    Index values are bounded here: ctx clamped to ``[0, n_table · PAGE]``, keys on a page outside ``[0,
-    n_pages)`` skipped (see :func:`_block_pages`).
+    Index values are bounded here: ctx clamped to ``[0, capacity]`` (at most ``n_table · PAGE``: the paged
+    cache's keys, or a dense cache's length), keys on a page outside ``[0, n_pages)`` skipped (see
+    :func:`_block_pages`).
     DIRECT (one split): o ``[B, T, Hq, D]`` in q's dtype. Else op fp32 ``[B, T·Hq, n_splits, D]`` (the
     split's normalised output) and lp fp32 ``[B, T·Hq, n_splits]`` (its base-2 lse; -inf: saw no key).
     Grid ``(n_splits, B · Hkv)``.
@@ -132,7 +133,7 @@ def _decode_paged_kernel(p_q, p_k, p_v, p_bt, p_ctx, p_o, p_op, p_lp,
     i_bg = tl.program_id(1)
     i_b = i_bg // n_kv_heads
     i_g = i_bg % n_kv_heads
-    ctx = _context_len(p_ctx, i_b, stride_ctx, n_table * PAGE)
+    ctx = _context_len(p_ctx, i_b, stride_ctx, capacity)
     start = i_s * chunk  # noqa: KW007 - a token index within one sequence (context lengths are int32)
     if start >= ctx and not DIRECT:  # split past this sequence's context: the combine skips it
         return
@@ -365,25 +366,25 @@ def resolve_plan(batch: int, n_kv_heads: int, rows: int, capacity: int, head_dim
                    num_stages=forced.get("num_stages") or plan.num_stages)
 
 
-def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-               context_lens: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-    """``o`` shaped like ``q`` (``[B, Hq, D]`` or ``[B, T, Hq, D]``, q's dtype); see the kernels for the
-    math. ``block_table`` and ``context_lens`` may be any strided views (stride 0 included): the kernels
-    take their strides and bound their values."""
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernels read it: head_dim unit-stride (else copied), fp32 for ``tl.dot`` under the
+    interpreter. Strides are taken after this (a copy has its own)."""
+    t = interpreter_dot_operand(t)
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_strides: tuple[int, ...], page: int,
+            n_pages: int, capacity: int, block_table: torch.Tensor, context_lens: torch.Tensor, scale: float,
+            softcap: float) -> torch.Tensor:
+    """Both stages over a cache given by strides: ``cache_strides`` are the (page, slot, head) strides of
+    ``k`` then of ``v`` (as :func:`_operand` made them); pages of ``page`` keys, ``n_pages`` of them, at most
+    ``capacity`` keys a sequence. ``o`` shaped like ``q``."""
     o = empty(q.shape, dtype=q.dtype, device=q.device)  # not a view of a 4-D buffer: a custom op's output
     q4 = q[:, None] if q.dim() == 3 else q
-    q4, k_cache, v_cache = (interpreter_dot_operand(t) for t in (q4, k_cache, v_cache))
-    if q4.stride(-1) != 1:
-        q4 = q4.contiguous()
-    if k_cache.stride(-1) != 1:
-        k_cache = k_cache.contiguous()
-    if v_cache.stride(-1) != 1:
-        v_cache = v_cache.contiguous()
+    q4 = _operand(q4)
     batch, t_len, hq, d = q4.shape
-    n_pages, page, hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
+    hkv = k.shape[2]
     group = hq // hkv
-    n_table = block_table.shape[1]
-    capacity = n_table * page
     device_index = q.device.index if q.device.type == "cuda" and q.device.index is not None else 0
     plan = resolve_plan(batch, hkv, t_len * group, capacity, d, sm_count(device_index), q.element_size())
     o_strides = o.stride()[:3] if q.dim() == 4 else (o.stride(0), 0, o.stride(1))
@@ -397,18 +398,64 @@ def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         qk_scale, softcap_log2 = scale / softcap, softcap * 1.4426950408889634
     else:
         qk_scale, softcap_log2 = scale * 1.4426950408889634, 0.0
-    common = (*q4.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *block_table.stride(),
-              context_lens.stride(0), *o_strides, hkv, group, t_len, hq, d)
+    common = (*q4.stride()[:3], *cache_strides, *block_table.stride(), context_lens.stride(0), *o_strides, hkv,
+              group, t_len, hq, d)
     consts = dict(num_warps=plan.num_warps, num_stages=plan.num_stages, SOFTCAP=softcap > 0, DIRECT=direct,
                   BLOCK_H=plan.BLOCK_H, BLOCK_N=plan.BLOCK_N, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D,
                   DOT_PREC=dot_precision(q4.dtype))
     grid = (plan.n_splits, batch * hkv)
-    tensors = (q4, k_cache, v_cache, block_table, context_lens, o, o_part, lse_part)
-    launch(_decode_paged_kernel, grid, *tensors, *common, n_table, n_pages, plan.chunk, plan.n_splits,
-           qk_scale, softcap_log2, PAGE=page, **consts)
+    tensors = (q4, k, v, block_table, context_lens, o, o_part, lse_part)
+    launch(_decode_paged_kernel, grid, *tensors, *common, block_table.shape[1], n_pages, capacity, plan.chunk,
+           plan.n_splits, qk_scale, softcap_log2, PAGE=page, **consts)
     if not direct:
         launch(_decode_combine_kernel, (batch * t_len * hq,), o_part, lse_part, context_lens, o,
                context_lens.stride(0), *o_strides, t_len, hq, d, capacity, plan.chunk, plan.n_splits,
                num_warps=1 if interpreter_active() else 2, BLOCK_S=min(COMBINE_BLOCK_S, next_pow2(plan.n_splits)),
                BLOCK_D=plan.BLOCK_D)
     return o
+
+
+def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+               context_lens: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
+    """``o`` shaped like ``q`` (``[B, Hq, D]`` or ``[B, T, Hq, D]``, q's dtype) over a paged cache ``[n_pages,
+    page, Hkv, D]``; see the kernels for the math. ``block_table`` and ``context_lens`` may be any strided
+    views (stride 0 included): the kernels take their strides and bound their values."""
+    k_cache, v_cache = _operand(k_cache), _operand(v_cache)
+    n_pages, page = k_cache.shape[0], k_cache.shape[1]
+    return _decode(q, k_cache, v_cache, (*k_cache.stride()[:3], *v_cache.stride()[:3]), page, n_pages,
+                   block_table.shape[1] * page, block_table, context_lens, scale, softcap)
+
+
+_DENSE_INDICES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+"""``(device, batch) → (block table [batch, 1] = arange, context lengths [batch] = int32 max, stride 0)``:
+constants a dense cache's decode reads, made once per batch size and device (bounded: a few sizes)."""
+
+
+def _dense_indices(batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (device, batch)
+    hit = _DENSE_INDICES.get(key)
+    if hit is None:
+        if len(_DENSE_INDICES) >= 64:
+            _DENSE_INDICES.clear()
+        table = torch.arange(batch, dtype=torch.int32, device=device)[:, None]
+        lens = torch.full((1,), 2**31 - 1, dtype=torch.int32, device=device).expand(batch)
+        hit = _DENSE_INDICES[key] = (table, lens)
+    return hit
+
+
+def dense_decode_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                     softcap: float) -> torch.Tensor:
+    """Decode attention over a dense cache: q ``[B, T, Hq, D]`` (T ≤ a few new tokens, causal among
+    themselves, the last at key ``S − 1``), k/v ``[B, S, Hkv, D]`` any strides (Hugging Face's ``[B, Hkv, S,
+    D]`` cache transposed as a view) → o ``[B, T, Hq, D]``: ``flash_attention(q, k, v, causal=True)``
+    computed by the split-KV kernel.
+
+    The paged kernel reads the cache as ``B`` pages, page ``b`` being sequence ``b`` (a ``[B, 1]`` table of
+    ``arange(B)``), with the page size a power of two ≥ S: a compile-time constant that changes only when a
+    growing cache doubles, so decoding token after token reuses a handful of compiled kernels. Every
+    sequence holds ``S`` keys (``capacity``); the context lengths are int32's maximum, clamped to it."""
+    k, v = _operand(k), _operand(v)
+    batch, seq = k.shape[0], k.shape[1]
+    table, lens = _dense_indices(batch, q.device)
+    return _decode(q, k, v, (*k.stride()[:3], *v.stride()[:3]), max(64, next_pow2(seq)), batch, seq, table, lens,
+                   scale, softcap)

@@ -32,7 +32,7 @@ from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
-from kernelworks.runtime.torch_op import PLAIN_TENSORS, TorchOp
+from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
     check_dtype,
     check_float_tensor,
@@ -52,8 +52,7 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 # ------------------------------------------------------------------------------------------- custom ops
 
 
-@torch.library.custom_op("kernelworks::gated_delta_decode", mutates_args=("state",))
-def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                state: torch.Tensor, state_indices: torch.Tensor | None, scale: float, A_log: torch.Tensor | None,
                dt_bias: torch.Tensor | None, use_qk_l2norm: bool,
                write_strength: torch.Tensor | None) -> torch.Tensor:
@@ -61,9 +60,12 @@ def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
                                   write_strength)
 
 
-@_decode_op.register_fake
 def _decode_fake(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength):
     return v.new_empty(v.shape)
+
+
+_decode = ForwardOp("gated_delta_decode", _decode_forward, fake=_decode_fake, mutates_args=("state",))
+"""``kernelworks::gated_delta_decode``: forward only, updates ``state`` in place."""
 
 
 def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -205,10 +207,6 @@ _prefill = TorchOp("gated_delta_prefill", forward=_prefill_forward, forward_fake
 output_final_state, cu_seqlens, scale, chunk_size) → (o, final_state)``."""
 
 _prefill_op = _prefill.custom_op
-
-
-def _use_custom_op(tensors: list[torch.Tensor | None]) -> bool:
-    return torch.compiler.is_compiling() or any(t is not None and type(t) not in PLAIN_TENSORS for t in tensors)
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -369,8 +367,7 @@ def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
     tensors = [q, k, v, g, beta, state, state_indices, A_log, dt_bias, write_strength]
     refuse_autograd("gated_delta_decode", **dict(zip(
         ("q", "k", "v", "g", "beta", "state", "state_indices", "A_log", "dt_bias", "write_strength"), tensors)))
-    fn = _decode_op if _use_custom_op(tensors) else gated_delta_decode_fwd
-    return fn(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength)
+    return _decode(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength)
 
 
 def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

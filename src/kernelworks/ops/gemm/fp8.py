@@ -24,6 +24,7 @@ import torch
 from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand
 from kernelworks.ops.gemm.forward import matmul_fwd
 from kernelworks.runtime.device import gpu_capability
+from kernelworks.runtime.torch_op import ForwardOp
 from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_same_device, refuse_autograd
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
@@ -62,14 +63,13 @@ def _fp8_forward(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
                       fast_accum=fast_accum)
 
 
-_fp8_op = torch.library.custom_op("kernelworks::fp8_matmul", mutates_args=())(_fp8_forward)
-"""``kernelworks::fp8_matmul``; eager calls skip its dispatch (~100 µs of host time) and run the body."""
-
-
-@_fp8_op.register_fake
 def _fp8_fake(a, b, scale_a, scale_b, bias, activation, out_dtype, mode_a, mode_b, fast_accum=False):
     n = b.shape[1] // 2 if activation == "swiglu" else b.shape[1]
     return a.new_empty((a.shape[0], n), dtype=out_dtype)
+
+
+_fp8 = ForwardOp("fp8_matmul", _fp8_forward, fake=_fp8_fake)
+"""``kernelworks::fp8_matmul`` (forward only)."""
 
 
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -142,5 +142,4 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     if cap is None or cap < (8, 9):
         raise NotImplementedError("fp8_matmul needs a GPU with fp8 tensor cores (compute capability 8.9+); "
                                   f"running on {'the Triton interpreter' if cap is None else f'sm_{cap[0]}{cap[1]}'}")
-    op = _fp8_op if torch.compiler.is_compiling() else _fp8_forward
-    return op(a, b, scale_a, scale_b, bias, activation or "none", out_dtype, mode_a, mode_b, fast_accum)
+    return _fp8(a, b, scale_a, scale_b, bias, activation or "none", out_dtype, mode_a, mode_b, fast_accum)

@@ -32,12 +32,13 @@ import triton.language as tl
 
 from kernelworks.ops.gemm.api import check_operand
 from kernelworks.ops.gemm.forward import _FORCED_PLAN, Plan, _precision
-from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.alloc import empty, empty_layout_of
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.indices import check_index_tensor, check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
-from kernelworks.runtime.validate import check_same_device, refuse_autograd
+from kernelworks.runtime.torch_op import TorchOp
+from kernelworks.runtime.validate import check_same_device
 
 INT32_SUM_LIMIT = 2**31
 """Launches with ``(E + 1)·T`` at least this sum the groups in int64 (:func:`expert_groups`); tests lower it."""
@@ -210,6 +211,41 @@ def _grouped_tma_kernel(
         d_z.store([o_zm, o_zn + BLOCK_N // 2], zeros)
 
 
+@triton.jit
+def _grouped_wgrad_kernel(
+    p_a, p_g, p_db, p_idx,
+    T, N, K, E,
+    s_am, s_ak, s_gm, s_gn, s_de, s_dk, s_dn, s_idx,
+    OFFSETS: tl.constexpr, WIDE: tl.constexpr, PRECISION: tl.constexpr, E_POW2: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """The weight gradient ``dB[e] = A[rows of e]ᵀ @ G[rows of e]`` (``[K, N]`` per expert, the groups of
+    :func:`expert_groups`, so the same bounds as the forward), A ``[T, K]``, G ``[T, N]``. Grid
+    ``(⌈K/BLOCK_K⌉ · ⌈N/BLOCK_N⌉, E)``: one output tile per program, its expert's rows walked BLOCK_R at a
+    time; an empty group stores zeros (its weights got no gradient)."""
+    i_t = tl.program_id(0)
+    i_e = tl.program_id(1)
+    n_n = tl.cdiv(N, BLOCK_N)
+    b_size, b_row0, _, _, _ = expert_groups(p_idx, s_idx, T, E, OFFSETS, WIDE, E_POW2, BLOCK_R)
+    m_e = tl.arange(0, E_POW2) == i_e
+    size = tl.sum(tl.where(m_e, b_size, 0), 0)
+    row0 = tl.sum(tl.where(m_e, b_row0, 0), 0)
+    o_k = (i_t // n_n).to(tl.int64) * BLOCK_K + tl.arange(0, BLOCK_K)
+    o_n = (i_t % n_n).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_k = o_k < K
+    m_n = o_n < N
+    o_r = tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    for r in range(0, size, BLOCK_R):
+        m_r = (r + o_r) < size
+        o_m = row0.to(tl.int64) + r + o_r
+        b_at = tl.load(p_a + o_m[None, :] * s_am + o_k[:, None] * s_ak, mask=m_k[:, None] & m_r[None, :], other=0.0)
+        b_g = tl.load(p_g + o_m[:, None] * s_gm + o_n[None, :] * s_gn, mask=m_r[:, None] & m_n[None, :], other=0.0)
+        acc = tl.dot(b_at, b_g, acc, input_precision=PRECISION)
+    p_t = p_db + i_e.to(tl.int64) * s_de + o_k[:, None] * s_dk + o_n[None, :] * s_dn
+    tl.store(p_t, acc.to(p_db.dtype.element_ty), mask=m_k[:, None] & m_n[None, :])
+
+
 @cached_plan
 def grouped_plan(t: int, n: int, e: int, itemsize: int, tma_ok: bool) -> Plan:
     """Tiles, warps, stages and path. Tokens per expert set BLOCK_M: a group shorter than the tile wastes
@@ -280,13 +316,76 @@ def _grouped_forward(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor, off
     return out
 
 
-_grouped_op = torch.library.custom_op("kernelworks::grouped_matmul", mutates_args=())(_grouped_forward)
-"""``kernelworks::grouped_matmul``; eager calls run the body directly (no dispatch overhead)."""
-
-
-@_grouped_op.register_fake
 def _grouped_fake(a, b, groups, offsets):
     return a.new_empty((a.shape[0], b.shape[2]))
+
+
+@cached_plan
+def wgrad_plan(itemsize: int) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_K, BLOCK_N, BLOCK_R, warps, stages)`` of :func:`_grouped_wgrad_kernel` (not yet tuned)."""
+    if interpreter_active():
+        return 16, 32, 16, 1, 1
+    return (128, 128, 64, 8, 3) if itemsize == 2 else (64, 64, 32, 4, 3)
+
+
+def _grouped_wgrad(a: torch.Tensor, g: torch.Tensor, groups: torch.Tensor, offsets: bool,
+                   b: torch.Tensor) -> torch.Tensor:
+    """``dB`` laid out as ``b`` (``[E, K, N]``): each expert's ``A[rows]ᵀ @ G[rows]``."""
+    db = empty_layout_of(b)
+    n_exp, k, n = b.shape
+    if db.numel() == 0:
+        return db
+    if a.shape[0] == 0:
+        return db.zero_()
+    precision = _precision(a.dtype)
+    a, g = interpreter_dot_operand(a), interpreter_dot_operand(g)
+    block_k, block_n, block_r, warps, stages = wgrad_plan(a.element_size())
+    launch(_grouped_wgrad_kernel, (cdiv(k, block_k) * cdiv(n, block_n), n_exp, 1), a, g, db, groups, a.shape[0], n,
+           k, n_exp, *a.stride(), *g.stride(), *db.stride(), groups.stride(0), num_warps=warps, num_stages=stages,
+           OFFSETS=offsets, WIDE=(n_exp + 1) * a.shape[0] >= INT32_SUM_LIMIT, PRECISION=precision,
+           E_POW2=next_pow2(n_exp), BLOCK_K=block_k, BLOCK_N=block_n, BLOCK_R=block_r)
+    return db
+
+
+def _grouped_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor, offsets: bool,
+                      need_a: bool, need_b: bool) -> list[torch.Tensor]:
+    """``[dA]`` and/or ``[dB]`` (whichever is needed, in that order): ``dA = dC @ B[e]ᵀ`` per group (the
+    forward kernel on ``B`` transposed as a view; rows no group covers get 0), ``dB`` by
+    :func:`_grouped_wgrad_kernel`."""
+    grads = []
+    if need_a:
+        grads.append(_grouped_forward(dc, b.transpose(1, 2), groups, offsets))
+    if need_b:
+        grads.append(_grouped_wgrad(a, dc, groups, offsets, b))
+    return grads
+
+
+def _grouped_backward_fake(dc, a, b, groups, offsets, need_a, need_b):
+    return ([a.new_empty(a.shape)] if need_a else []) + ([torch.empty_like(b)] if need_b else [])
+
+
+def _grouped_setup(ctx, inputs, output) -> None:
+    a, b, groups, offsets = inputs
+    ctx.save_for_backward(a, b, groups)
+    ctx.offsets = offsets
+    ctx.set_materialize_grads(False)
+
+
+def _grouped_input_grads(ctx, grads: tuple, backward) -> tuple:
+    """Gradients for ``(a, b, groups, offsets)``."""
+    (dc,) = grads
+    need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if dc is None or not (need_a or need_b):
+        return None, None, None, None
+    a, b, groups = ctx.saved_tensors
+    out = backward(dc, a, b, groups, ctx.offsets, need_a, need_b)
+    return out[0] if need_a else None, out[-1] if need_b else None, None, None
+
+
+_grouped = TorchOp("grouped_matmul", forward=_grouped_forward, forward_fake=_grouped_fake,
+                   backward=_grouped_backward, backward_fake=_grouped_backward_fake, setup_context=_grouped_setup,
+                   input_grads=_grouped_input_grads)
+"""``kernelworks::grouped_matmul`` (+ ``_backward``): ``(a, b, groups, offsets) → c``."""
 
 
 def _check_group_list(name: str, values: list | tuple, total: int, offsets: bool) -> None:
@@ -329,7 +428,9 @@ def _groups(group_sizes: object, offsets: object, n_experts: int, a: torch.Tenso
 
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor | list[int] | None = None, *,
                    offsets: torch.Tensor | list[int] | None = None) -> torch.Tensor:
-    """Per-expert products in one launch: ``C[rows of e] = A[rows of e] @ B[e]``. Forward only.
+    """Per-expert products in one launch: ``C[rows of e] = A[rows of e] @ B[e]``, with autograd (``dA``
+    by the same kernel on ``B[e]ᵀ``, ``dB[e] = A[rows of e]ᵀ @ dC[rows of e]`` by a per-expert
+    weight-gradient kernel, laid out as ``b``; an expert with no rows gets a zero gradient).
 
     Args:
         a: ``[T, K]`` tokens sorted by expert; float16, bfloat16 or float32, any strides.
@@ -348,9 +449,6 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor |
     Returns:
         ``[T, N]`` in ``a``'s dtype, fp32 accumulation.
 
-    Raises:
-        NotImplementedError: with grad mode on and ``a`` or ``b`` requiring grad (no backward yet).
-
     Example::
 
         y = kw.grouped_matmul(x_sorted, w_experts.transpose(1, 2), tokens_per_expert)   # w: [E, N, K]
@@ -362,7 +460,5 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor |
         raise TypeError(f"a, b: expected one dtype, got a={a.dtype}, b={b.dtype}")
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"b: expected [E, {a.shape[1]}, N] (a's K), got shape {tuple(b.shape)}")
-    refuse_autograd("grouped_matmul", a=a, b=b)
     groups, is_offsets = _groups(group_sizes, offsets, b.shape[0], a)
-    op = _grouped_op if torch.compiler.is_compiling() else _grouped_forward
-    return op(a, b, groups, is_offsets)
+    return _grouped(a, b, groups, is_offsets)
