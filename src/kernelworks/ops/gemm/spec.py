@@ -352,8 +352,13 @@ def _grouped_inputs(case: Case, device: torch.device) -> dict:
 
 
 def _grouped_cost(case: Case, mode: str) -> Cost:
+    """Forward: ``2·T·N·K`` flops, A, every expert's B and C once. Backward: dA and dB, two products of the
+    same size, reading dC, A, B and writing dA, dB."""
     t, k, n, e = case["T"], case["K"], case["N"], case["E"]
-    return Cost(flops=2.0 * t * n * k, bytes=(t * k + e * k * n + t * n) * case.itemsize)
+    a_bytes, b_bytes, c_bytes = t * k * case.itemsize, e * k * n * case.itemsize, t * n * case.itemsize
+    if mode == "fwd":
+        return Cost(flops=2.0 * t * n * k, bytes=a_bytes + b_bytes + c_bytes)
+    return Cost(flops=4.0 * t * n * k, bytes=2 * (a_bytes + b_bytes) + c_bytes)
 
 
 GROUPED_MATMUL_SPEC = register(OpSpec(
@@ -380,6 +385,7 @@ GROUPED_MATMUL_SPEC = register(OpSpec(
     ],
     cost=_grouped_cost,
     providers={"kernelworks": Provider("kernelworks", grouped.grouped_matmul)},
+    grad_inputs=("a", "b"),
     baselines=("torch",),  # the loop of torch.matmul; torch.compile cannot trace its data-dependent slices
 ))
 
