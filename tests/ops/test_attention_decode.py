@@ -319,24 +319,25 @@ def test_decode_cache_growing_token_by_token(dense_calls):
     assert len(dense_calls) == 5
 
 
-@pytest.mark.parametrize("case", ["grad", "lse", "window", "noncausal-q2", "q17", "short-kv", "varlen"])
+@pytest.mark.parametrize("case", ["grad", "lse", "window", "noncausal-q2", "q17", "short-kv", "varlen", "wide-group"])
 def test_flash_calls_that_stay_on_the_flash_kernel(dense_calls, case):
     """Calls the decode kernel does not compute (a gradient or the lse wanted, a window that drops keys,
-    several non-causal queries, more than 16 queries, a cache shorter than 64) stay on the flash kernel,
-    with the right answer."""
+    several non-causal queries, more than 16 queries, a cache shorter than 64, more than 64 packed query rows
+    for one KV head) stay on the flash kernel, with the right answer."""
     torch.manual_seed(43)
-    seq_q = {"q17": 17, "noncausal-q2": 2}.get(case, 1)
+    seq_q = {"q17": 17, "noncausal-q2": 2, "wide-group": 5}.get(case, 1)
     seq_k = 40 if case == "short-kv" else 100
-    q = torch.randn(2, seq_q, 4, 16, device=DEVICE, requires_grad=case == "grad")
+    heads_q = 32 if case == "wide-group" else 4  # 5 tokens × 16 heads per KV head: 80 rows
+    q = torch.randn(2, seq_q, heads_q, 16, device=DEVICE, requires_grad=case == "grad")
     k, v = (torch.randn(2, seq_k, 2, 16, device=DEVICE) for _ in range(2))
     opts = dict(causal=case != "noncausal-q2", window=(10, 0) if case == "window" else None)
     if case == "varlen":
         cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
         cu_k = torch.tensor([0, 100, 200], dtype=torch.int32, device=DEVICE)
-        o = kernelworks.flash_attention(q.reshape(2, 4, 16), k.reshape(200, 2, 16), v.reshape(200, 2, 16),
+        o = kernelworks.flash_attention(q.reshape(2, heads_q, 16), k.reshape(200, 2, 16), v.reshape(200, 2, 16),
                                         cu_seqlens_q=cu, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=100,
                                         **opts)
-        ref = reference.flash_attention(q, k, v, **opts).reshape(2, 4, 16)
+        ref = reference.flash_attention(q, k, v, **opts).reshape(2, heads_q, 16)
     else:
         o = kernelworks.flash_attention(q, k, v, return_lse=case == "lse", **opts)
         o = o[0] if case == "lse" else o

@@ -126,6 +126,9 @@ DECODE_MAX_Q = 16
 """Longest ``seq_q`` :func:`flash_attention` hands to the split-KV decode kernel (inference, no window)."""
 DECODE_MIN_KV = 64
 """Shortest ``seq_k`` it does so for: below it the flash kernel's one tile holds every key anyway."""
+DECODE_MAX_ROWS = 64
+"""Most query rows (``seq_q × heads_q / heads_kv``) the decode kernel packs into one tile on this route; more
+(many new tokens with a wide GQA group) stay on the flash kernel, whose tiles are sized for them."""
 
 
 def _decode_shaped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, left: int,
@@ -136,6 +139,8 @@ def _decode_shaped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     themselves, or one query), no window that bites, no lse or gradient wanted."""
     seq_q, seq_k = q.shape[1], k.shape[1]
     if seq_q > DECODE_MAX_Q or seq_k < DECODE_MIN_KV or seq_q > seq_k or want_lse:
+        return False
+    if seq_q * (q.shape[2] // k.shape[2]) > DECODE_MAX_ROWS:  # the packed tile of one KV head's queries
         return False
     if not causal and seq_q > 1:
         return False
@@ -287,6 +292,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
     Returns:
         ``o`` shaped like ``q`` (q's dtype), or ``(o, lse)``.
+
+    Inference calls shaped like decoding (no varlen, ``seq_q ≤ 16`` new tokens — causal, or one — over
+    ``seq_k ≥ 64`` keys, no window that drops keys, no lse, no gradient) run the split-KV kernel of
+    :func:`decode_attention` on the dense K/V (the same math, the query heads of a KV head in one tile).
 
     Example::
 
