@@ -127,4 +127,3 @@ def rederive_speed_of_light(doc: dict[str, Any]) -> int:
         changed += new != r
         r.update(new)
     return changed
-

@@ -73,7 +73,6 @@ def _restarts(position_ids: torch.Tensor) -> torch.Tensor:
     return position_ids[..., 1:] - position_ids[..., :-1] != 1
 
 
-
 _last_segments: tuple = (None, -1, -1, None)
 """``(weakref to position_ids, its version, batch, starts)``: every layer of one forward gets the same
 ``position_ids`` tensor, so the host sync of the packing check is paid once per forward, not per layer."""
