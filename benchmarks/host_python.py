@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("ops", nargs="*", help="ops to time (default: all)")
     ap.add_argument("--train", action="store_true", help="inputs require grad: the autograd path")
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--report", action="store_true", help="print which op bodies replay, and why others do not")
     args = ap.parse_args()
     _stub_launches()
     with torch.set_grad_enabled(args.train):
@@ -56,6 +57,11 @@ def main() -> None:
                 call()
             us = min(timeit.repeat(call, number=args.calls, repeat=5)) / args.calls * 1e6
             print(f"{name:30s} {us:7.2f} µs")
+    if args.report:
+        import json
+
+        from kernelworks.runtime import replay
+        print(json.dumps(replay.report(), indent=1))
 
 
 if __name__ == "__main__":

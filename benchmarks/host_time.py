@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import time
@@ -119,28 +120,36 @@ def main() -> None:
     args = ap.parse_args()
     if args.profile:
         _profile(args.profile, args.calls)
+    from kernelworks.runtime import replay
+
     rows = []
     for mode in ("infer", "train"):
         with torch.set_grad_enabled(mode == "train"):
             for name, (ours, theirs) in cases(mode == "train").items():
                 try:
                     k_us, t_us = host_us(ours, args.calls), host_us(theirs, args.calls)
+                    replay.set_enabled(False)  # what the call costs without runtime.replay, for the record
+                    try:
+                        plain_us = host_us(ours, args.calls)
+                    finally:
+                        replay.set_enabled(True)
                     rows.append({"op": name, "mode": mode, "kernelworks_us": k_us, "torch_us": t_us,
-                                 "ratio": k_us / t_us})
+                                 "ratio": k_us / t_us, "kernelworks_without_replay_us": plain_us})
                 except Exception as e:  # one op's failure must not hide the other numbers
                     rows.append({"op": name, "mode": mode, "error": f"{type(e).__name__}: {e}"[:200]})
     import triton
 
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "rows": rows}
+           "commit": os.environ.get("KERNELWORKS_COMMIT", ""), "rows": rows, "replay": replay.report()}
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{'op':30s} {'mode':6s} {'kw µs':>8s} {'torch µs':>9s} {'ratio':>6s}")
+    print(f"{'op':30s} {'mode':6s} {'kw µs':>8s} {'torch µs':>9s} {'ratio':>6s} {'no-replay µs':>13s}")
     for r in rows:
         if "error" in r:
             print(f"{r['op']:30s} {r['mode']:6s} ERROR {r['error']}")
         else:
-            print(f"{r['op']:30s} {r['mode']:6s} {r['kernelworks_us']:8.1f} {r['torch_us']:9.1f} {r['ratio']:6.2f}")
+            print(f"{r['op']:30s} {r['mode']:6s} {r['kernelworks_us']:8.1f} {r['torch_us']:9.1f} {r['ratio']:6.2f} "
+                  f"{r['kernelworks_without_replay_us']:13.1f}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from kernelworks.runtime.alloc import empty_like
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, launch, row_launch
 from kernelworks.runtime.layout import as_rows
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
@@ -309,6 +310,7 @@ def _check_inputs(x: object, dim: object) -> None:
                          f"x.movedim({dim}, -1)")
 
 
+@replayed_op
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax over the last dimension: ``exp(x − max) / Σ exp(x − max)``.
 
@@ -330,6 +332,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return _softmax_op(x)
 
 
+@replayed_op
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Log-softmax over the last dimension: ``(x − max) − log Σ exp(x − max)``.
 

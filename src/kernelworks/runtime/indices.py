@@ -26,8 +26,13 @@ from kernelworks.runtime.device import planning_active
 VALIDATE_ENV = "KERNELWORKS_VALIDATE"
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
 
-# A plain module flag (dynamo cannot trace ContextVar.get); None defers to the environment variable.
-_validate: bool | None = None
+def _from_environment() -> bool:
+    return os.environ.get(VALIDATE_ENV, "0").lower() in ("1", "true", "on", "yes")
+
+
+# A plain module flag (dynamo cannot trace ContextVar.get), read on every eager call: the environment variable
+# is read at import and by set_validation(None), not per call.
+_validate: bool = _from_environment()
 
 
 def validation_enabled() -> bool:
@@ -36,15 +41,14 @@ def validation_enabled() -> bool:
     (``kw inspect``'s stand-in tensors hold no real indices): the values are not known there."""
     if torch.compiler.is_compiling() or planning_active():
         return False
-    if _validate is not None:
-        return _validate
-    return os.environ.get(VALIDATE_ENV, "0").lower() in ("1", "true", "on", "yes")
+    return _validate
 
 
 def set_validation(enabled: bool | None) -> None:
-    """Turn host-side checks of index values on or off for the process (None: follow the environment)."""
+    """Turn host-side checks of index values on or off for the process (None: follow ``KERNELWORKS_VALIDATE``
+    as it is now)."""
     global _validate
-    _validate = enabled
+    _validate = _from_environment() if enabled is None else enabled
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from threading import get_ident
 from typing import Any, TypeVar
 
 import torch
@@ -119,13 +120,19 @@ _COMPILED: dict[tuple, tuple[Any, tuple, Callable[..., None] | None]] = {}
 _I32_MIN, _I32_MAX, _U64_MIN = -(2**31), 2**31, 2**63
 
 
+_observer: Any = None
+"""The recording of ``runtime.replay`` in progress, if any: told of each launch on its thread (``launched``)
+and muted around it (what a launch allocates is not the body's)."""
+
+
 def _launch_hooks() -> bool:
     """True when a launch hook is set (a profiler such as proton): then launches keep Triton's own path,
     which calls them. Triton 3.6/3.8 keep the hooks as a ``HookChain`` that is never None; an empty chain
-    (the usual case) is no hook."""
+    (the usual case) is no hook. (Spelled out, no generator: it runs on every launch.)"""
     runtime = triton.knobs.runtime
-    return any(h is not None and bool(getattr(h, "calls", True))
-               for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (enter is not None and bool(getattr(enter, "calls", True))) or \
+        (leave is not None and bool(getattr(leave, "calls", True)))
 
 
 try:  # torch's own C calls behind torch.cuda.current_device() / triton's stream query, without their Python
@@ -179,27 +186,53 @@ def _remember_int(value: int) -> object:
 def _direct_launcher(compiled: Any) -> Callable[..., None] | None:
     """``go(grid0, grid1, grid2, stream, args)``: the backend's C launch of ``compiled`` called directly,
     skipping the per-call Python of ``CompiledKernel[grid]`` (a closure, a device and stream query, the
-    launch-metadata hook) and of the launcher's ``__call__`` (two scratch allocations). None where that
-    layer does real work — a kernel with global or profile scratch, an instrumented build — or for an
-    argument list this module does not know; ``launch`` then calls ``CompiledKernel[grid]``."""
+    launch-metadata hook) and of the launcher's ``__call__``. A kernel that needs global scratch (device-built
+    TMA descriptors) gets it here as the launcher would: ``grid × num_ctas × size`` bytes from the caching
+    allocator, stream-ordered, so it can be released when the call returns. None where that layer does other
+    work — profile scratch, an instrumented build — or for an argument list this module does not know;
+    ``launch`` then calls ``CompiledKernel[grid]``."""
     run = compiled.run
-    if (getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
-            or getattr(run, "gsan_enabled", False)):
+    if getattr(run, "profile_scratch_size", 1) or getattr(run, "gsan_enabled", False):
         return None
     c_launch, function, meta = run.launch, compiled.function, compiled.packed_metadata
     coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    scratch_bytes = getattr(run, "global_scratch_size", 1) * getattr(run, "num_ctas", 1)
     if TRITON == (3, 6):  # launch(grid, stream, fn, coop, pdl, scratch, profile_scratch, meta, hooks…, *args)
+        if scratch_bytes:
+            def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
+                scratch = _scratch(g0 * g1 * g2 * scratch_bytes)
+                c_launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, meta, None, None, None, *args)
+            return go
+
         def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
             c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, meta, None, None, None, *args)
         return go
     if TRITON == (3, 8):  # launch(grid, stream, fn, coop, pdl, meta, hooks…, scratch…, annotations, sig, args)
         annotations, signature = run.arg_annotations, run.kernel_signature
+        if scratch_bytes:
+            def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
+                scratch = _scratch(g0 * g1 * g2 * scratch_bytes)
+                c_launch(g0, g1, g2, stream, function, coop, pdl, meta, None, None, None, scratch, None,
+                         annotations, signature, args)
+            return go
 
         def go(g0: int, g1: int, g2: int, stream: int, args: tuple) -> None:
             c_launch(g0, g1, g2, stream, function, coop, pdl, meta, None, None, None, None, None, annotations,
                      signature, args)
         return go
     return None
+
+
+def _scratch(n_bytes: int) -> torch.Tensor:
+    """Global scratch for one launch on the current device (the caching allocator's blocks are 512-byte
+    aligned, beyond any kernel's scratch alignment)."""
+    return torch.empty(n_bytes, dtype=torch.int8, device="cuda")
+
+
+def fast_launch_active() -> bool:
+    """True when :func:`launch` takes its cached direct path (a GPU, triton 3.6 or 3.8, not planning for
+    ``kw inspect``): the condition for replaying recorded calls too (``runtime.replay``)."""
+    return _FAST_LAUNCH and not interpreter_active() and not planning_active()
 
 
 def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num_warps: int,
@@ -221,15 +254,29 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
     device = _current_device()
     key = (kernel, num_warps, device, *constexprs.items(), *_spec_key(args))
     hit = _COMPILED.get(key)
-    if hit is None:
-        compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)
-        tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
-        direct = _direct_launcher(compiled)
-        _COMPILED[key] = (compiled, tail, direct)
-        return
-    compiled, tail, direct = hit
-    g = (*grid, 1, 1)  # the launchers read grid[0..2]: pad a 1-D or 2-D grid
-    if direct is not None and not _launch_hooks():
-        direct(g[0], g[1], g[2], _current_stream(device), (*args, *tail))
-    else:
-        compiled[g[:3]](*args, *tail)
+    recorder = _observer
+    if recorder is not None and recorder.thread != get_ident():
+        recorder = None  # another thread's recording: this launch is not part of it
+    if recorder is not None:
+        recorder.muted = True  # what the launch allocates (scratch) is not the body's
+    try:
+        if hit is None:
+            compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)
+            tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
+            direct = _direct_launcher(compiled)
+            _COMPILED[key] = (compiled, tail, direct)
+            if recorder is not None:
+                recorder.launched(grid, args, tail, None)  # a first compile: record again next time
+            return
+        compiled, tail, direct = hit
+        g = (*grid, 1, 1)  # the launchers read grid[0..2]: pad a 1-D or 2-D grid
+        if direct is not None and not _launch_hooks():
+            direct(g[0], g[1], g[2], _current_stream(device), (*args, *tail))
+        else:
+            compiled[g[:3]](*args, *tail)
+            direct = None
+        if recorder is not None:
+            recorder.launched(grid, args, tail, direct)
+    finally:
+        if recorder is not None:
+            recorder.muted = False

@@ -17,6 +17,9 @@ bodies otherwise.
 - ``input_grads(ctx, grad_outputs, backward)`` calls ``backward`` (the custom op or the plain function,
   whichever path is running) with the saved state and returns one gradient (or None) per forward argument.
 
+Eager calls run the bodies through :mod:`kernelworks.runtime.replay`, so a repeated call signature replays
+the body's recorded launches instead of running its Python again.
+
 Forward-only ops (inference kernels, ops that refuse autograd) are :class:`ForwardOp` s: the same dispatch
 without the autograd half.
 """
@@ -53,8 +56,10 @@ class ForwardOp:
 
     def __init__(self, name: str, forward: Callable[..., Any], *, fake: Callable[..., Any],
                  mutates_args: tuple[str, ...] = ()) -> None:
+        from kernelworks.runtime.replay import replayable  # imports triton: not before kernelworks sets it up
+
         self.name = name
-        self._forward = forward
+        self._forward = replayable(forward)
         self.custom_op = torch.library.custom_op(f"kernelworks::{name}", mutates_args=mutates_args)(forward)
         self.custom_op.register_fake(fake)
 
@@ -70,11 +75,15 @@ class TorchOp:
                  backward: Callable[..., Any], backward_fake: Callable[..., Any],
                  setup_context: Callable[[Any, tuple, Any], None],
                  input_grads: Callable[[Any, tuple, Callable[..., Any]], tuple]) -> None:
+        from kernelworks.runtime.replay import replayable  # imports triton: not before kernelworks sets it up
+
         self.name = name
-        self._forward = forward
-        self.custom_op = torch.library.custom_op(f"kernelworks::{name}", mutates_args=())(forward)
+        # eager calls run the bodies through runtime.replay: a repeated signature skips their Python
+        self._forward = forward = replayable(forward)
+        self._backward = backward = replayable(backward)
+        self.custom_op = torch.library.custom_op(f"kernelworks::{name}", mutates_args=())(forward.fn)
         self.custom_op.register_fake(forward_fake)
-        self.backward_op = torch.library.custom_op(f"kernelworks::{name}_backward", mutates_args=())(backward)
+        self.backward_op = torch.library.custom_op(f"kernelworks::{name}_backward", mutates_args=())(backward.fn)
         self.backward_op.register_fake(backward_fake)
         self.custom_op.register_autograd(
             lambda ctx, *grads: input_grads(ctx, grads, self.backward_op), setup_context=setup_context)

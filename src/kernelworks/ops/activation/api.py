@@ -16,6 +16,7 @@ import torch
 
 from kernelworks.ops.activation.kernels import activation_bwd, activation_fwd
 from kernelworks.runtime.alloc import empty, empty_like
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
@@ -112,6 +113,7 @@ def _check_gated(gate: object, up: object) -> None:
     check_same_shape(("gate", "up"), (gate, up))
 
 
+@replayed_op
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU, as ``torch.nn.functional.gelu``, with autograd.
 
@@ -132,6 +134,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return _apply(x, None, act, False)
 
 
+@replayed_op
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU (swish), ``x · σ(x)``, as ``torch.nn.functional.silu``, with autograd.
 
@@ -149,6 +152,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return _apply(x, None, "silu", False)
 
 
+@replayed_op
 def swiglu(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
     """SwiGLU, ``silu(gate) · up``, the gated MLP activation of Llama, Mistral and Qwen; with autograd.
 
@@ -175,6 +179,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
     return _apply(gate, up, "silu", True)
 
 
+@replayed_op
 def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str = "tanh") -> torch.Tensor:
     """GeGLU, ``gelu(gate) · up``, the gated MLP activation of Gemma; with autograd.
 

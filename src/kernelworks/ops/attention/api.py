@@ -28,6 +28,7 @@ from kernelworks.runtime.indices import (
     validation,
     validation_enabled,
 )
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
@@ -252,6 +253,7 @@ def _check_decode_values(k_cache: torch.Tensor, block_table: torch.Tensor, conte
 # ------------------------------------------------------------------------------------------- public API
 
 
+@replayed_op
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     softmax_scale: float | None = None, window: int | tuple[int, int] | None = None,
                     softcap: float | None = None, cu_seqlens_q: torch.Tensor | None = None,
@@ -355,6 +357,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     return (o, lse) if return_lse else o
 
 
+@replayed_op
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      context_lens: torch.Tensor, *, softmax_scale: float | None = None,
                      softcap: float | None = None, check_indices: bool | None = None) -> torch.Tensor:

@@ -25,6 +25,7 @@ from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.indices import validation_enabled
 from kernelworks.runtime.layout import as_rows
+from kernelworks.runtime.replay import forbid, replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_dtype, check_float_tensor, check_real, check_same_device, check_tensor
 
@@ -190,6 +191,7 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
             dx = x
             # Whatever else saved logits for its backward must now fail loudly, not read gradients.
             torch.autograd.graph.increment_version(logits)
+            forbid("bumps the logits' version counter")  # on every call: never replayed
         else:
             grad = empty(logits.shape, dtype=logits.dtype, device=logits.device)
             dx = grad.view(n_rows, n_cols)
@@ -230,7 +232,7 @@ def _input_grads(ctx, grads, backward) -> tuple:
     if grad_output is None:
         return (None, *none)
     (stored,) = ctx.saved_tensors
-    if backward is _backward:  # eager: in place, free when grad_output is 1
+    if backward is not _CROSS_ENTROPY.backward_op:  # eager (not the traced custom op): in place, free at 1
         return (scale_stored(ctx, grad_output, [stored])[0].detach(), *none)
     return (backward(grad_output, stored), *none)
 
@@ -242,6 +244,7 @@ _CROSS_ENTROPY = TorchOp("cross_entropy", forward=_forward, forward_fake=_forwar
 # ------------------------------------------------------------------------------------------- public API
 
 
+@replayed_op
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
                   label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0,
                   softcap: float | None = None, inplace_backward: bool = False,
@@ -294,6 +297,6 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     compiling = torch.compiler.is_compiling()
     args = (logits, target, ignore_index, float(label_smoothing), reduction, float(z_loss), softcap)
     if not compute_grad and not compiling:  # nothing to differentiate: the loss alone, one read of the logits
-        return as_loss_dtype(_forward(*args, False, False)[0], loss_dtype)
+        return as_loss_dtype(_CROSS_ENTROPY._forward(*args, False, False)[0], loss_dtype)  # replayed
     loss = _CROSS_ENTROPY(*args, compute_grad, inplace_backward and compute_grad and not compiling)[0]
     return as_loss_dtype(loss, loss_dtype)

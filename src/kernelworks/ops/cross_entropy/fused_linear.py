@@ -48,6 +48,7 @@ from kernelworks.ops.cross_entropy.kernels import cross_entropy_fwd, target_stat
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.layout import as_rows
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import FLOAT_DTYPES, check_float_tensor, check_same_device, check_same_dtype
 
@@ -217,7 +218,8 @@ def _input_grads(ctx, grads, backward) -> tuple:
     if grad_output is None:
         return (None, None, None, None, *rest)
     saved = list(ctx.saved_tensors)
-    if not ctx.deferred and backward is _backward:  # eager mean/sum: in place, free when grad_output is 1
+    # eager mean/sum (the traced path calls the custom op): in place, free when grad_output is 1
+    if not ctx.deferred and backward is not _FUSED_LINEAR_CROSS_ENTROPY.backward_op:
         picked = [s for s, need in zip(saved, ctx.needs) if need]
         scaled = iter(scale_stored(ctx, grad_output, picked))
         out = [next(scaled) if need else None for need in ctx.needs]
@@ -275,6 +277,7 @@ def _check_inputs(hidden: object, weight: object, target: object, bias: object, 
     return accum_dtype_option(accum_dtype, weight.dtype)
 
 
+@replayed_op
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                                bias: torch.Tensor | None = None, ignore_index: int = -100,
                                label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0,

@@ -32,6 +32,7 @@ from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
     check_dtype,
@@ -299,6 +300,7 @@ def _scale(scale: object, K: int) -> float:
 # ------------------------------------------------------------------------------------------- public API
 
 
+@replayed_op
 def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                        state: torch.Tensor, *, state_indices: torch.Tensor | None = None,
                        scale: float | None = None, A_log: torch.Tensor | None = None,
@@ -370,6 +372,7 @@ def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
     return _decode(q, k, v, g, beta, state, state_indices, scale, A_log, dt_bias, use_qk_l2norm, write_strength)
 
 
+@replayed_op
 def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                         beta: torch.Tensor, *, initial_state: torch.Tensor | None = None,
                         output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,

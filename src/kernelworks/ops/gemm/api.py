@@ -16,6 +16,7 @@ from kernelworks.ops.activation.kernels import activation_bwd
 from kernelworks.ops.gemm.forward import matmul_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import cpu_tensors_allowed
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_real, check_same_device
 
@@ -171,6 +172,7 @@ def _check(a, b, bias, activation, residual, out_dtype) -> tuple[int, ...]:
     return out_shape
 
 
+@replayed_op
 def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str | None = None,
            residual: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:

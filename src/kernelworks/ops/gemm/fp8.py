@@ -24,6 +24,7 @@ import torch
 from kernelworks.ops.gemm.api import ACTIVATIONS, check_operand
 from kernelworks.ops.gemm.forward import matmul_fwd
 from kernelworks.runtime.device import gpu_capability
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import ForwardOp
 from kernelworks.runtime.validate import FLOAT_DTYPES, check_dtype, check_same_device, refuse_autograd
 
@@ -72,6 +73,7 @@ _fp8 = ForwardOp("fp8_matmul", _fp8_forward, fake=_fp8_fake)
 """``kernelworks::fp8_matmul`` (forward only)."""
 
 
+@replayed_op
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
                bias: torch.Tensor | None = None, activation: str | None = None,
                out_dtype: torch.dtype = torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:

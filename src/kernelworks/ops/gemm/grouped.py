@@ -36,6 +36,7 @@ from kernelworks.runtime.alloc import empty, empty_layout_of
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.indices import check_index_tensor, check_index_values, check_offsets, validation_enabled
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_same_device
@@ -426,6 +427,7 @@ def _groups(group_sizes: object, offsets: object, n_experts: int, a: torch.Tenso
     return t, is_offsets
 
 
+@replayed_op
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, group_sizes: torch.Tensor | list[int] | None = None, *,
                    offsets: torch.Tensor | list[int] | None = None) -> torch.Tensor:
     """Per-expert products in one launch: ``C[rows of e] = A[rows of e] @ B[e]``, with autograd (``dA``

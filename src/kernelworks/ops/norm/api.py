@@ -13,6 +13,7 @@ import torch
 
 from kernelworks.ops.norm.backward import norm_bwd
 from kernelworks.ops.norm.forward import norm_fwd
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import (
     check_float_tensor,
@@ -166,6 +167,7 @@ def _apply(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor 
     return y, h
 
 
+@replayed_op
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
              residual: torch.Tensor | None = None, offset: float = 0.0):
     """RMSNorm over the last dimension: ``y = h / √(mean(h²) + eps) · (offset + weight)``, ``h = x``
@@ -201,6 +203,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
     return _apply(x, residual, weight, None, eps, offset, True)
 
 
+@replayed_op
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                eps: float = 1e-5, residual: torch.Tensor | None = None):
     """LayerNorm over the last dimension, as ``torch.nn.functional.layer_norm(x, (hidden,), weight, bias,

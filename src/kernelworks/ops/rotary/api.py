@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kernelworks.ops.rotary.kernels import LAYOUTS, like_in_memory_order, rotary_embedding_bwd, rotary_embedding_fwd
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor, check_same_device, check_same_dtype
 
@@ -112,6 +113,7 @@ def _check(q: object, k: object, cos: object, sin: object, layout: object, rotar
                          f"per rotated feature), got {rotary_dim}")
 
 
+@replayed_op
 def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
                      layout: str = "neox", rotary_dim: int | None = None,
                      heads_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

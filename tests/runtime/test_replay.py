@@ -1,0 +1,352 @@
+"""Replay of recorded launches (runtime/replay.py).
+
+On the CPU the launches are stubbed as in ``benchmarks/host_python.py``: ops plan for a GPU, every kernel is
+"compiled", and the direct launcher logs what it is given instead of running it. A replayed call must hand the
+launcher exactly what the ordinary path hands it for the same inputs — the same integers, and pointers into
+the same inputs at the same offsets — and return outputs laid out the same way. On a GPU the ops' results are
+compared, replayed against not.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernelworks as kw
+import kernelworks.runtime.device as device
+from kernelworks.runtime import alloc, indices, launch, replay
+from kernelworks.runtime.replay import Replayable
+
+
+class _LoggingKernels(dict):
+    """Stands in for ``launch._COMPILED``: every key hits, with a direct launcher that logs its call."""
+
+    def __init__(self, log: list) -> None:
+        super().__init__()
+        self.log = log
+
+    def get(self, key, default=None):
+        def go(g0, g1, g2, stream, args):
+            self.log.append(((g0, g1, g2), tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)))
+        return None, (), go
+
+
+@pytest.fixture
+def launches(monkeypatch) -> list:
+    """Launches stubbed (see the module docstring); yields the log of direct launches."""
+    log: list = []
+    monkeypatch.setattr(launch, "interpreter_active", lambda: False)
+    monkeypatch.setattr(launch, "planning_active", lambda: False)
+    monkeypatch.setattr(launch, "_FAST_LAUNCH", True)
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_current_stream", lambda index: 0)
+    monkeypatch.setattr(launch, "_COMPILED", _LoggingKernels(log))
+    monkeypatch.setattr(device, "_planning_for_gpu", True)
+    monkeypatch.setattr(indices, "_validate", False)
+    previous = replay.set_enabled(True)
+    replay.clear()  # recordings hold the launchers of the stubs they were made with
+    yield log
+    replay.clear()
+    replay.set_enabled(previous)
+
+
+def _flat(out: object) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    return []
+
+
+def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> list:
+    """The launches with each pointer named: ``("in", i, offset)`` inside input ``i``, else ``("new", k)`` by
+    first appearance (allocations of the call); the outputs' pointers and layouts last."""
+    spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), t.data_ptr()) for t in inputs]
+    fresh: dict[int, int] = {}
+
+    def name(p: int) -> tuple:
+        for i, (start, size, ptr) in enumerate(spans):
+            if start <= p < start + max(size, 1):
+                return ("in", i, p - ptr)
+        return ("new", fresh.setdefault(p, len(fresh)))
+
+    out = []
+    for grid, args in log:
+        # pointers are the ints at the positions where the ordinary path passed tensors: any int that is a
+        # pointer into an input or an allocation names itself the same way in both logs
+        out.append((grid, tuple(name(a) if type(a) is int and a > 1 << 20 else a for a in args)))
+    out.append([(name(t.data_ptr()), tuple(t.shape), t.stride(), t.dtype) for t in outputs])
+    return out
+
+
+def _compare(call, inputs: list[torch.Tensor], log: list, times: int = 3) -> str:
+    """Call ``call()`` ``times`` times with replay on, then once off, on the same inputs: the last replayed
+    call's canonical log must equal the ordinary one. Returns the replayed function's source."""
+    for _ in range(times):
+        log.clear()
+        out_on = call()
+    on = _canonical(log, inputs, _flat(out_on))
+    replay.set_enabled(False)
+    log.clear()
+    out_off = call()
+    off = _canonical(log, inputs, _flat(out_off))
+    replay.set_enabled(True)
+    assert on == off
+    assert len(off) > 1  # something launched
+    return on
+
+
+def _t(*shape: int, dtype=torch.bfloat16, grad: bool = False) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype).requires_grad_(grad)
+
+
+def _replayed(fragment: str) -> int:
+    return sum(v["replayed"] for k, v in replay.report().items() if fragment in k)
+
+
+OPS = {
+    "rms_norm": lambda x, r, w, qkv: kw.rms_norm(x, w),
+    "rms_norm_residual": lambda x, r, w, qkv: kw.rms_norm(x, w, residual=r),
+    "rms_norm_strided_rows": lambda x, r, w, qkv: kw.rms_norm(qkv[:, :256], w),
+    "layer_norm": lambda x, r, w, qkv: kw.layer_norm(x, w, w),
+    "softmax": lambda x, r, w, qkv: kw.softmax(x),
+    "silu": lambda x, r, w, qkv: kw.silu(x),
+    "swiglu_views": lambda x, r, w, qkv: kw.swiglu(qkv[:, :256], qkv[:, 256:512]),
+    "matmul": lambda x, r, w, qkv: kw.matmul(x, qkv.view(256, 24)),
+    "flash_attention_packed_qkv": lambda x, r, w, qkv: kw.flash_attention(
+        *(qkv.view(1, 8, 3, 4, 64)[:, :, i] for i in range(3)), causal=True),
+}
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_replay_launches_what_the_body_launches(launches, name):
+    """Each op, inference: the replay passes what the ordinary path passes (q, k, v sliced from one buffer
+    keep their own pointers), and the op's body did replay."""
+    x, r, qkv = _t(8, 256), _t(8, 256), _t(8, 768)
+    w = _t(256, dtype=torch.float32)
+    before = sum(v["replayed"] for v in replay.report().values())
+    _compare(lambda: OPS[name](x, r, w, qkv), [x, r, w, qkv], launches)
+    assert sum(v["replayed"] for v in replay.report().values()) > before or _replayed("") > 0
+
+
+def test_replay_of_the_backward(launches):
+    """The training path: the forward and backward bodies of rms_norm (with a residual) replay too."""
+    x, r = _t(8, 256, grad=True), _t(8, 256, grad=True)
+    w = _t(256, dtype=torch.float32, grad=True)
+    dy, dh = _t(8, 256), _t(8, 256)
+    grads = []
+
+    def step():
+        x.grad = r.grad = w.grad = None
+        y, h = kw.rms_norm(x, w, residual=r)
+        torch.autograd.backward((y, h), (dy, dh))
+        grads[:] = [x.grad, r.grad, w.grad]
+        return y, h
+
+    _compare(step, [x, r, w, dy, dh], launches)
+    assert _replayed("norm.api._backward") >= 1
+
+
+def test_public_ops_replay_whole_inference_calls(launches):
+    """A public op called without autograd replays as one unit (validation included: a bad call is still
+    refused, its signature being new); with inputs that require grad only its bodies replay, and the
+    autograd graph is built on every call."""
+    x, w = _t(8, 256), _t(256, dtype=torch.float32)
+    for _ in range(3):
+        kw.rms_norm(x, w)
+    whole = kw.rms_norm.replay
+    assert sum(callable(v) for v in whole._memo.values()) == 1
+    with pytest.raises(ValueError, match="weight"):
+        kw.rms_norm(x, _t(128, dtype=torch.float32))
+    xg = _t(8, 256, grad=True)
+    for _ in range(3):
+        y = kw.rms_norm(xg, w)
+        assert y.grad_fn is not None
+    assert sum(callable(v) for v in whole._memo.values()) == 1  # no whole-call entry for the autograd calls
+    with torch.no_grad():  # the same signature as x's calls (requires_grad is not part of it): replayed
+        for _ in range(3):
+            assert kw.rms_norm(xg, w).grad_fn is None
+    assert len(whole._memo) == 2 and sum(callable(v) for v in whole._memo.values()) == 1
+
+
+def _toy(fn):
+    """A replayable body around stubbed launches of a do-nothing kernel."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _noop(p, n, BLOCK: tl.constexpr):
+        pass
+
+    def body(*args):
+        return fn(lambda *a: launch.launch(_noop, (1,), *a, num_warps=1, BLOCK=16), *args)
+
+    return Replayable(body)
+
+
+def test_signature_changes_record_again(launches):
+    """A new shape, stride, dtype, alignment or scalar is a new signature, recorded on its own."""
+    def body(go, x, k):
+        y = alloc.empty_like(x)
+        go(y, x.numel() * k)
+        return y
+
+    op = _toy(body)
+    base = torch.zeros(64)
+    variants = [(base[:16], 1), (base[:32], 1), (base[2:18], 1), (base[1:17], 1), (base[:16], 2),
+                (base[:16].double(), 1), (base[:16], 1.0), (base[:16], True)]
+    for x, k in variants:
+        for _ in range(3):
+            launches.clear()
+            y = op(x, k)
+            assert launches[-1][1] == (y.data_ptr(), x.numel() * k)
+    assert len(op._memo) == len(variants)
+    assert all(callable(v) for v in op._memo.values())
+
+
+def test_unrecordable_bodies_keep_the_ordinary_path(launches):
+    """A host read (``.item()``), an op whose output shape depends on values, a bumped version counter
+    (``forbid``): never replayed, and each call still runs the body exactly once."""
+    runs = []
+
+    def reads(go, x):
+        runs.append(1)
+        go(x, int(x[0].item()))
+        return x
+
+    def value_shaped(go, x):
+        runs.append(1)
+        y = x.nonzero()
+        go(y, 1)
+        return y
+
+    def forbids(go, x):
+        runs.append(1)
+        replay.forbid("test")
+        go(x, 1)
+        return x
+
+    for body in (reads, value_shaped, forbids):
+        op = _toy(body)
+        runs.clear()
+        for _ in range(6):
+            op(torch.ones(4))
+        assert len(runs) == 6
+        assert not any(callable(v) for v in op._memo.values())
+        assert op.refusals
+
+
+def test_outputs_views_fills_and_constants(launches):
+    """Outputs that are views of an allocation, zero- and value-filled buffers, tensors made before the call
+    (held as constants) and non-tensor results come back as the body returns them."""
+    table = torch.arange(5, dtype=torch.int32)
+
+    def body(go, x):
+        acc = torch.zeros(3, 4)
+        full = torch.full((2,), 7.0)
+        go(acc[1], table, x[2:])
+        return acc.t(), full, None, 3
+
+    op = _toy(body)
+    x = torch.ones(6)
+    for _ in range(3):
+        launches.clear()
+        acc_t, full, none, three = op(x)
+    assert callable(op._memo[next(iter(op._memo))])
+    assert acc_t.shape == (4, 3) and acc_t.stride() == (1, 4) and torch.equal(acc_t, torch.zeros(4, 3))
+    assert torch.equal(full, torch.full((2,), 7.0)) and none is None and three == 3
+    (_grid, args), = launches
+    assert args == (acc_t.data_ptr() + 16, table.data_ptr(), x.data_ptr() + 8)
+
+
+def test_other_torch_ops_are_called_again(launches):
+    """Torch ops in a body (a copy, a cast, a reduction, an in-place update of an input) are called again on
+    replay, on the call's own tensors: their results follow the new inputs."""
+    def body(go, x, state):
+        y = x[:, 1:].contiguous()  # a copy of a view of an input
+        total = y.float().sum()
+        state.add_(1)
+        go(y, total, 1)
+        return y, total
+
+    op = _toy(body)
+    state = torch.zeros(3)
+    for i in range(4):
+        x = torch.randn(4, 5)
+        launches.clear()
+        y, total = op(x, state)
+        assert torch.equal(y, x[:, 1:]) and y.is_contiguous()
+        assert torch.allclose(total, x[:, 1:].float().sum())
+        assert launches[-1][1] == (y.data_ptr(), total.data_ptr(), 1)
+        assert torch.equal(state, torch.full((3,), i + 1.0))
+    assert callable(next(iter(op._memo.values())))
+
+
+def test_validation_mode_is_not_skipped(launches, monkeypatch):
+    """A replay recorded with host validation off is not used while validation is on (the body's host checks
+    must run); one recorded with it on serves both modes."""
+    checks = []
+
+    def body(go, x):
+        if indices._validate:
+            checks.append(1)
+        go(x, 1)
+        return x
+
+    op = _toy(body)
+    x = torch.ones(4)
+    for _ in range(3):
+        op(x)
+    monkeypatch.setattr(indices, "_validate", True)
+    op(x)
+    op(x)
+    assert len(checks) == 2
+
+
+def test_nested_bodies_are_recorded_as_the_outer_ones(launches):
+    """A replayable body calling another: while the outer one records, the inner one runs plainly, so its
+    launches are part of the outer replay."""
+    inner = _toy(lambda go, x: (go(x, 2), x)[1])
+
+    def outer_body(go, x):
+        go(x, 1)
+        inner(x)
+        return x
+
+    outer = _toy(outer_body)
+    x = torch.ones(4)
+    for _ in range(4):
+        launches.clear()
+        outer(x)
+    assert [args[1] for _, args in launches] == [1, 2]
+    assert callable(next(iter(outer._memo.values())))
+
+
+def test_off_gpu_paths_never_replay():
+    """Under the interpreter (here: no stubs) a body runs plainly on every call, recording nothing."""
+    runs = []
+    op = Replayable(lambda x: runs.append(1) or x)
+    for _ in range(4):
+        op(torch.ones(2))
+    assert len(runs) == 4 and not op._memo
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(OPS))
+def test_replayed_results_equal_the_ordinary_ones(name):
+    """On the GPU: the op called repeatedly with fresh inputs of one signature (replayed from the third call)
+    gives bit-identical results to the ordinary path on the same inputs."""
+    torch.manual_seed(0)
+    for _ in range(4):
+        x, r, qkv = (torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((8, 256), (8, 256), (8, 768)))
+        w = torch.randn(256, device="cuda")
+        on = _flat(OPS[name](x, r, w, qkv))
+        previous = replay.set_enabled(False)
+        try:
+            off = _flat(OPS[name](x, r, w, qkv))
+        finally:
+            replay.set_enabled(previous)
+        for a, b in zip(on, off, strict=True):
+            assert a.shape == b.shape and a.stride() == b.stride()
+            assert torch.equal(a, b)
+    assert any(v["replayed"] for v in replay.report().values())
