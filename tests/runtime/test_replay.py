@@ -322,6 +322,7 @@ def test_nested_bodies_are_recorded_as_the_outer_ones(launches):
     assert callable(next(iter(outer._memo.values())))
 
 
+@pytest.mark.interpreter
 def test_off_gpu_paths_never_replay():
     """Under the interpreter (here: no stubs) a body runs plainly on every call, recording nothing."""
     runs = []

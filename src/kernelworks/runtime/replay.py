@@ -30,9 +30,10 @@ module cannot key (a list of tensors, a tensor subclass) take the ordinary path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -58,6 +59,18 @@ def set_enabled(enabled: bool) -> bool:
     global _enabled
     previous, _enabled = _enabled, enabled
     return previous
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Within the block every call takes the ordinary path (and records nothing): for state a body reads
+    besides its arguments, such as the forced launch plans of sweeps and tests."""
+    global _enabled
+    before, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = before
 
 
 def _key(a: object, grad: bool) -> object:

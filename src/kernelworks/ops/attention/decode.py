@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from kernelworks.ops.attention.forward import dot_precision, scores, tile_mask, tile_mask_t
+from kernelworks.runtime import replay
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -298,7 +299,8 @@ def forced_plan(**knobs: object) -> Iterator[None]:
         raise ValueError(f"forced_plan: BLOCK_N must be a power of two >= 16, got {block_n!r}")
     token = _FORCED.set(dict(knobs))
     try:
-        yield
+        with replay.paused():  # replays recorded outside would not read the forced plan
+            yield
     finally:
         _FORCED.reset(token)
 

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from kernelworks.ops._math import tanh
+from kernelworks.runtime import replay
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -388,7 +389,8 @@ def forced_fwd_plan(**knobs: object) -> Iterator[None]:
         raise ValueError(f"forced_fwd_plan: unknown knobs {sorted(bad)}; expected some of {_FWD_KNOBS}")
     token = _FORCED_FWD.set(dict(knobs))
     try:
-        yield
+        with replay.paused():  # replays recorded outside would not read the forced plan
+            yield
     finally:
         _FORCED_FWD.reset(token)
 

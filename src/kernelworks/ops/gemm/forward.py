@@ -30,6 +30,7 @@ import torch
 
 from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
 from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
+from kernelworks.runtime import replay
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -81,7 +82,8 @@ def forced_plan(plan: Plan) -> Iterator[None]:
     A ``tma`` plan for operands the Hopper kernel cannot read raises ``ValueError``."""
     token = _FORCED_PLAN.set(plan)
     try:
-        yield
+        with replay.paused():  # replays recorded outside would not read the forced plan
+            yield
     finally:
         _FORCED_PLAN.reset(token)
 
