@@ -30,3 +30,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> torch.device:
     """Where kernels run in this session: cuda when present, else the interpreter's cpu."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _no_replay_under_monkeypatch(request: pytest.FixtureRequest):
+    """Tests that monkeypatch kernelworks' internals (a spy on a launcher, a guarded allocator, a forced plan
+    function) run with ``runtime.replay`` off: a replay recorded by an earlier test would not call what they
+    patched. Everything else runs with it on, as users do (on a GPU; the interpreter never replays)."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    from kernelworks.runtime import replay
+
+    previous = replay.set_enabled(False)
+    try:
+        yield
+    finally:
+        replay.set_enabled(previous)
