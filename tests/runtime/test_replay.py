@@ -81,7 +81,7 @@ def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor
 
 def _compare(call, inputs: list[torch.Tensor], log: list, times: int = 3) -> str:
     """Call ``call()`` ``times`` times with replay on, then once off, on the same inputs: the last replayed
-    call's canonical log must equal the ordinary one. Returns the replayed function's source."""
+    call's canonical log must equal the ordinary one. Returns that canonical log."""
     for _ in range(times):
         log.clear()
         out_on = call()
@@ -124,9 +124,8 @@ def test_replay_launches_what_the_body_launches(launches, name):
     keep their own pointers), and the op's body did replay."""
     x, r, qkv = _t(8, 256), _t(8, 256), _t(8, 768)
     w = _t(256, dtype=torch.float32)
-    before = sum(v["replayed"] for v in replay.report().values())
     _compare(lambda: OPS[name](x, r, w, qkv), [x, r, w, qkv], launches)
-    assert sum(v["replayed"] for v in replay.report().values()) > before or _replayed("") > 0
+    assert _replayed("") > 0  # the fixture cleared every recording: this call's own
 
 
 def test_replay_of_the_backward(launches):

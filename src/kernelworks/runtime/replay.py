@@ -461,7 +461,8 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
                         f"device={const(device)})")
         elif action[0] == "op":
             _, k, func, args, kwargs, _ = action
-            call_args = ", ".join([*(emit(a) for a in args[1]), *(f"{k}={emit(v)}" for k, v in kwargs[1].items())])
+            call_args = ", ".join([*(emit(a) for a in args[1]),
+                                   *(f"{name}={emit(v)}" for name, v in kwargs[1].items())])
             body.append(f"    o{k} = {const(func)}({call_args})")
         else:
             _, direct, grid, refs, tail = action
@@ -474,15 +475,6 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
                     items.append(const(ref[1]))
             items.extend(const(v) for v in tail)
             body.append(f"    {const(direct)}({grid[0]}, {grid[1]}, {grid[2]}, s, ({', '.join(items)},))")
-
-    def emit(t: object) -> str:
-        if t[0] == "tensor":
-            return view(t[1], t[2])
-        if t[0] == "value":
-            return const(t[1])
-        kind, items = t
-        inner = ", ".join(emit(i) for i in items)
-        return f"({inner},)" if kind is tuple else f"[{inner}]"
 
     body.append(f"    return {emit(template)}")
     params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
