@@ -28,6 +28,19 @@ MODELS: dict[str, dict] = {
         num_experts_per_tok=8, norm_topk_prob=True, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
         num_hidden_layers=2, vocab_size=151936, max_position_embeddings=8192, rope_theta=1000000.0,
         rms_norm_eps=1e-6, tie_word_embeddings=False)},
+    # Qwen3-Next-80B-A3B's layer sizes (Gated DeltaNet: 16 q/k and 32 value heads of 128; gated attention: 16/2
+    # heads of 256, rotary on a quarter; experts of width 512, top 10, a shared expert) and vocabulary, 4 layers
+    # in its 3 : 1 linear/full pattern; 128 of its 512 experts, so that weights, gradients and AdamW state fit
+    # beside the activations of 2 × 4096 tokens. HF's Gated DeltaNet is its torch path (fla not installed).
+    "qwen3-next-4l": {"family": "qwen3_next", "batch": 2, "seq": 4096, "config": dict(
+        hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        num_experts=128, num_experts_per_tok=10, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        num_attention_heads=16, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+        linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        num_hidden_layers=4, vocab_size=151936, max_position_embeddings=8192,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        rms_norm_eps=1e-6, tie_word_embeddings=False)},
 }
 
 
@@ -37,9 +50,10 @@ def build(spec: dict, device: str = "cuda", dtype: torch.dtype = torch.bfloat16)
     import transformers
 
     config_cls = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config,
-                  "qwen3_moe": transformers.Qwen3MoeConfig}[spec["family"]]
+                  "qwen3_moe": transformers.Qwen3MoeConfig, "qwen3_next": transformers.Qwen3NextConfig}[spec["family"]]
     model_cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
-                 "qwen3_moe": transformers.Qwen3MoeForCausalLM}[spec["family"]]
+                 "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+                 "qwen3_next": transformers.Qwen3NextForCausalLM}[spec["family"]]
     config = config_cls(**spec["config"])
     config._attn_implementation = "sdpa"
     with torch.device(device):

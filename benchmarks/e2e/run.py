@@ -14,6 +14,8 @@ file. Jobs:
 - ``qwen3-train``: the Qwen3-8B-shaped model, HF eager, torch.compile, kernelworks eager and compiled.
 - ``qwen3-moe-train``: the Qwen3-30B-A3B-shaped MoE model (2 layers, 128 experts, top 8, 2 × 4096 tokens), HF
   eager (its ``grouped_mm`` experts), torch.compile, Liger, kernelworks eager and compiled.
+- ``qwen3-next-train``: the Qwen3-Next-shaped hybrid (3 Gated DeltaNet layers and 1 gated-attention layer, MoE,
+  2 × 4096 tokens): HF eager, torch.compile, kernelworks eager and compiled.
 - ``decode``: greedy ``generate`` of 128 tokens at batch 1 and 32 on the Llama-3-8B-shaped model, HF eager and
   kernelworks eager.
 """
@@ -41,6 +43,8 @@ JOBS: dict[str, list[dict]] = {
                     ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
     "qwen3-moe-train": [dict(model="qwen3-moe-2l", variant=v) for v in
                         ("hf-eager", "hf-compile", "liger", "kw-eager", "kw-compile")],
+    "qwen3-next-train": [dict(model="qwen3-next-4l", variant=v) for v in
+                         ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
     "decode": [dict(model="llama3-8b-2l", variant=v, task="decode", batch=b) for b in (1, 32)
                for v in ("hf-eager", "kw-eager")],
 }

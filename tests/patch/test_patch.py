@@ -50,10 +50,19 @@ def _config(family: str):
                                  moe_intermediate_size=48, mlp_only_layers=[1], norm_topk_prob=True)
     if family == "mixtral":
         return tf.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=4)
+    if family == "qwen3_next":  # a Gated DeltaNet layer (GQA-style 2 q/k heads for 4 value heads, sparse MoE
+        # with a shared expert) then a gated-attention layer (dense MLP), rotary on half the head dim
+        return tf.Qwen3NextConfig(**COMMON, head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2,
+                                  linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                  shared_expert_intermediate_size=48, decoder_sparse_step=1, mlp_only_layers=[1],
+                                  norm_topk_prob=True, layer_types=["linear_attention", "full_attention"],
+                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.5})
     raise AssertionError(family)
 
 
-MOE = ("qwen3_moe", "mixtral")
+MOE = ("qwen3_moe", "mixtral", "qwen3_next")
 
 
 def _pair(family: str = "llama", seed: int = 0):
@@ -114,7 +123,8 @@ def test_family_matches_unpatched(family, rotary):
     ptrs = [t.data_ptr() for t in model.state_dict().values()]
     kernelworks.patch(model)
     experts = ("experts",) if family in MOE else ()
-    assert patched(model) == ("rms_norm", *experts, "mlp", "rope", "attention", "loss")
+    linear = ("linear_attention",) if family == "qwen3_next" else ()
+    assert patched(model) == ("rms_norm", *experts, "mlp", "rope", "attention", *linear, "loss")
     assert list(model.state_dict()) == keys and [t.data_ptr() for t in model.state_dict().values()] == ptrs
     ids = _ids()
     with torch.no_grad():
@@ -189,10 +199,87 @@ def test_loss_num_items_in_batch_and_eval_labels():
                                    **TOL)
 
 
+# ------------------------------------------------------------------------------------------- Qwen3-Next
+
+
+def _linear_cache(model):
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def test_qwen3_next_decode_updates_the_cached_state_in_place(monkeypatch):
+    """Generation decodes through ``gated_delta_decode`` on the cache's own buffer: the buffer the cache
+    allocated from our final state is our layout, so no per-step copy back (``update_recurrent_state``)."""
+    from transformers import cache_utils
+
+    model, reference = _pair("qwen3_next")
+    kernelworks.patch(model)
+    decodes, updates = [], []
+    decode = kernelworks.gated_delta_decode
+    monkeypatch.setattr(kernelworks, "gated_delta_decode", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    update = cache_utils.DynamicCache.update_recurrent_state
+    monkeypatch.setattr(cache_utils.DynamicCache, "update_recurrent_state",
+                        lambda self, *a, **k: updates.append(1) or update(self, *a, **k))
+    prompt = _ids(2, 6, seed=2)
+    new = model.generate(prompt, max_new_tokens=4, do_sample=False)
+    assert len(decodes) == 3 and len(updates) == 1  # prefill stores once; three decode steps in place
+    monkeypatch.undo()
+    assert torch.equal(new, reference.generate(prompt, max_new_tokens=4, do_sample=False))
+
+
+def test_qwen3_next_continues_a_cache_the_unpatched_model_filled():
+    """A cache filled by HF's forward (its ``[.., K, V]`` layout) is continued correctly (one copy a step)."""
+    model, reference = _pair("qwen3_next")
+    prompt, step = _ids(2, 6, seed=2), _ids(2, 1, seed=3)
+    with torch.no_grad():
+        cache, ref_cache = _linear_cache(model), _linear_cache(reference)
+        reference(prompt, past_key_values=cache, use_cache=True)
+        reference(prompt, past_key_values=ref_cache, use_cache=True)
+        kernelworks.patch(model)
+        out = model(step, past_key_values=cache, use_cache=True).logits
+        ref = reference(step, past_key_values=ref_cache, use_cache=True).logits
+    torch.testing.assert_close(out, ref, **TOL)
+    state, ref_state = cache.layers[0].recurrent_states[0], ref_cache.layers[0].recurrent_states[0]
+    torch.testing.assert_close(state, ref_state, **TOL)
+
+
+def test_qwen3_next_packed_rows_leave_the_last_sequence_in_the_cache():
+    """A Gated DeltaNet layer on a packed row with a cache: the recurrent and convolution states it leaves are
+    those of the row's last sequence alone (nothing of the sequence before it)."""
+    model, _ = _pair("qwen3_next")
+    kernelworks.patch(model)
+    mixer = model.model.layers[0].linear_attn
+    torch.manual_seed(6)
+    a, b = torch.randn(1, 5, 64, device=DEVICE), torch.randn(1, 2, 64, device=DEVICE)  # b shorter than the conv
+    with torch.no_grad():
+        packed_cache, alone_cache = _linear_cache(model), _linear_cache(model)
+        out = mixer(torch.cat([a, b], 1), cache=packed_cache,
+                    position_ids=torch.tensor([[0, 1, 2, 3, 4, 0, 1]], device=DEVICE))
+        alone = mixer(b, cache=alone_cache)
+    torch.testing.assert_close(out[:, 5:], alone, **TOL)
+    packed_layer, alone_layer = packed_cache.layers[0], alone_cache.layers[0]
+    torch.testing.assert_close(packed_layer.recurrent_states[0], alone_layer.recurrent_states[0], **TOL)
+    torch.testing.assert_close(packed_layer.conv_states[0], alone_layer.conv_states[0], **TOL)
+
+
+def test_qwen3_next_linear_attention_off_keeps_hf_gated_deltanet():
+    model, reference = _pair("qwen3_next")
+    kernelworks.patch(model, linear_attention=False)
+    assert "linear_attention" not in patched(model)
+    assert type(model.model.layers[0].linear_attn) is type(reference.model.layers[0].linear_attn)
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, **TOL)
+    prompt = _ids(1, 6, seed=2)
+    assert torch.equal(model.generate(prompt, max_new_tokens=3, do_sample=False),
+                       reference.generate(prompt, max_new_tokens=3, do_sample=False))
+
+
 # ------------------------------------------------------------------------------------------- attention paths
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen3_next"])
 def test_packed_sequences_equal_separate(family):
     """[1, 9] rows packing sequences of 5 and 4 tokens (position_ids restart) equal the two run alone."""
     model, reference = _pair(family)
@@ -204,6 +291,8 @@ def test_packed_sequences_equal_separate(family):
         logits = model(packed, position_ids=position_ids).logits
         torch.testing.assert_close(logits[:, :5], model(a).logits, **TOL)
         torch.testing.assert_close(logits[:, 5:], model(b).logits, **TOL)
+        if family == "qwen3_next":  # HF's torch path runs packed sequences of its linear layers into each other
+            return
         # HF detects packing only without a cache (training), hence use_cache=False on its side
         ref = reference(packed, position_ids=position_ids, use_cache=False).logits
         torch.testing.assert_close(logits, ref, **TOL)
@@ -308,16 +397,18 @@ def test_torch_compile():
                                    **TOL)
 
 
-def test_torch_compile_training_step_is_one_graph():
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_torch_compile_training_step_is_one_graph(family):
     """fullgraph=True over forward + loss (no graph break anywhere), then backward: loss and every gradient
     equal the unpatched model's."""
-    model, reference = _pair()
+    model, reference = _pair(family)
     kernelworks.patch(model)
     model.train()
     reference.train()
     ids = _ids(2, 8)
     from torch._dynamo.testing import CompileCounterWithBackend
 
+    torch._dynamo.reset()  # another family's compile of the shared patched forward would make this a recompile
     counter = CompileCounterWithBackend("aot_eager")
     loss = torch.compile(model, backend=counter, fullgraph=True)(ids, labels=ids).loss
     loss.backward()

@@ -11,6 +11,7 @@ per class (5.23) or in ``__call__`` (5.17), and accelerate's hooks live on the i
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,12 +44,14 @@ def _window_softcap(module: nn.Module) -> dict:  # Gemma 2: per-layer window and
 @dataclass(frozen=True)
 class Family:
     """What differs between the supported families: the decoder layer's shape (``"llama"``: pre-norms;
-    ``"gemma"``: sandwich norms), the RMSNorm weight offset, and the extra arguments HF's attention module
-    hands its attention function."""
+    ``"gemma"``: sandwich norms), the RMSNorm weight offset, the extra arguments HF's attention module
+    hands its attention function, and whether its attention output is gated (Qwen3-Next: ``q_proj`` makes
+    the queries and a sigmoid gate on the output)."""
 
     layer: str
     norm_offset: float
     attn_kwargs: Callable[[nn.Module], dict]
+    gated_attention: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -60,9 +63,11 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family("gemma", 1.0, _layer_window),
     "qwen3_moe": Family("llama", 0.0, _layer_window),
     "mixtral": Family("llama", 0.0, _config_window),
+    "qwen3_next": Family("llama", 1.0, _no_attn_kwargs, gated_attention=True),
 }
-"""Supported ``config.model_type`` values (Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3 text, and the
-mixture-of-experts Qwen3-MoE and Mixtral)."""
+"""Supported ``config.model_type`` values (Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2, Gemma 3 text, the
+mixture-of-experts Qwen3-MoE and Mixtral, and the hybrid Qwen3-Next: Gated DeltaNet and gated attention layers,
+sparse MoE with a shared expert)."""
 
 _GLU = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu_pytorch_tanh": ("geglu", "tanh"),
         "gelu_new": ("geglu", "tanh"), "gelu": ("geglu", "none")}
@@ -151,14 +156,28 @@ def _family(model: nn.Module, strict: bool) -> Family | None:
     return None
 
 
+def _attention_modules(base: nn.Module) -> list[nn.Module]:
+    """The softmax-attention modules of the decoder layers (Qwen3-Next's linear-attention layers have none)."""
+    return [layer.self_attn for layer in base.layers if hasattr(layer, "self_attn")]
+
+
 def _check_option(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     return value
 
 
+def _mixer_cache_kwarg(layer: nn.Module) -> str:
+    """The keyword HF's decoder layer hands a Gated DeltaNet module its cache under (``cache_params`` up to
+    transformers 5.23, ``cache`` from 5.24): read from the module's own (unpatched) forward."""
+    mixer = getattr(layer, "linear_attn", None)
+    if mixer is None:
+        return "cache"
+    return "cache" if "cache" in inspect.signature(type(mixer).forward).parameters else "cache_params"
+
+
 def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bool = True, attention: bool = True,
-          loss: bool = True, strict: bool = True) -> nn.Module:
+          linear_attention: bool = True, loss: bool = True, strict: bool = True) -> nn.Module:
     """Run a Hugging Face transformers model on kernelworks ops, in place (patching twice re-patches).
 
     Weights stay where the model keeps them: state_dict keys and tensors, ``generate``, gradient
@@ -169,19 +188,27 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
 
     Args:
         model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2,
-            Gemma 3 (text), Qwen3-MoE or Mixtral from transformers ≥ 5.
+            Gemma 3 (text), Qwen3-MoE, Mixtral or Qwen3-Next from transformers ≥ 5.
         rms_norm: every RMSNorm (Qwen3/Gemma3's per-head q/k norms too) → :func:`kernelworks.rms_norm`
             (Gemma's ``1 + weight`` as ``offset=1``), and the decoder layer's mid-layer residual add fused
             into the next norm (``(y, h) = rms_norm(x, w, residual=h)``).
         rope: rotary embedding of q and k → ``kernelworks.rotary_embedding`` (stays on torch, with a warning,
             while that op is not in this kernelworks).
         mlp: the gated MLP's activation → :func:`kernelworks.swiglu` / :func:`kernelworks.geglu` between the
-            model's own gate/up/down projections; in a mixture-of-experts block (Qwen3-MoE, Mixtral) the
-            experts → two :func:`kernelworks.grouped_matmul` around the gated activation, tokens sorted by
-            expert on the device (the router stays the model's; ``patched`` then lists ``"experts"``).
+            model's own gate/up/down projections; in a mixture-of-experts block (Qwen3-MoE, Mixtral,
+            Qwen3-Next) the experts → two :func:`kernelworks.grouped_matmul` around the gated activation,
+            tokens sorted by expert on the device (the router stays the model's; ``patched`` then lists
+            ``"experts"``), and a shared expert (Qwen3-Next) like a dense MLP.
         attention: ``config._attn_implementation = "kernelworks"`` → :func:`kernelworks.flash_attention`
             (GQA, causal, sliding window, soft-capping, packed sequences by ``position_ids``, decode with a
             cache). Padding masks, dropout in training and head_dim > 256 stay on torch (warned once).
+            Qwen3-Next's output gate stays a torch ``sigmoid`` product.
+        linear_attention: Qwen3-Next's Gated DeltaNet layers → :func:`kernelworks.gated_delta_prefill`
+            (training, prefill; packed sequences by ``position_ids`` or ``cu_seq_lens_q``, the short causal
+            convolution kept within each sequence) and :func:`kernelworks.gated_delta_decode` (one token
+            with the cache: the recurrent state updated in place, the gates fused), the gated output norm
+            through :func:`kernelworks.rms_norm` and :func:`kernelworks.swiglu`. The convolution and the
+            projections stay the model's.
         loss: ``ForCausalLM`` training with labels → :func:`kernelworks.fused_linear_cross_entropy` (HF's
             shift, ``ignore_index``, ``num_items_in_batch``, final soft-capping; ``logits=None``). Evaluation
             returns the logits and takes the loss from them with :func:`kernelworks.cross_entropy`.
@@ -195,8 +222,8 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
         model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", torch_dtype=torch.bfloat16)
         kernelworks.patch(model)                  # or patch(model, attention=False) to keep SDPA
     """
-    options = {"rms_norm": rms_norm, "rope": rope, "mlp": mlp, "attention": attention, "loss": loss,
-               "strict": strict}
+    options = {"rms_norm": rms_norm, "rope": rope, "mlp": mlp, "attention": attention,
+               "linear_attention": linear_attention, "loss": loss, "strict": strict}
     for name, value in options.items():
         _check_option(name, value)
     if not isinstance(model, nn.Module):
@@ -205,7 +232,7 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
     if family is None:
         return model
     from kernelworks.patch import attention as attention_fn
-    from kernelworks.patch import layers
+    from kernelworks.patch import gated_delta, layers
 
     if getattr(model, "_kernelworks_patch", None) is not None:
         unpatch(model)
@@ -220,7 +247,9 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
                            {"forward": layers.rms_norm_forward, "_kw_offset": family.norm_offset})
         forward = layers.llama_layer_forward if family.layer == "llama" else layers.gemma_layer_forward
         for layer in base.layers:
-            state.swap(layer, f"layer:{family.layer}", {"forward": forward})
+            mixer_cache = _mixer_cache_kwarg(layer)
+            state.swap(layer, f"layer:{family.layer}:{family.norm_offset}:{mixer_cache}",
+                       {"forward": forward, "_kw_offset": family.norm_offset, "_kw_mixer_cache": mixer_cache})
         state.patched.append("rms_norm")
     if mlp:
         act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
@@ -231,6 +260,9 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
                     state.swap(experts, f"experts:{act}", {"forward": layers.experts_forward, "_kw_glu": _GLU[act]})
                     if "experts" not in state.patched:
                         state.patched.append("experts")
+                    shared = getattr(layer.mlp, "shared_expert", None)
+                    if shared is not None and hasattr(shared, "gate_proj"):
+                        state.swap(shared, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
                 elif hasattr(layer.mlp, "gate_proj"):
                     state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
                 else:
@@ -241,9 +273,10 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
             attention_fn.warn_once(f"MLP activation {act!r} has no gated kernel; the MLP stays on torch")
     if rope:
         if hasattr(kernelworks, "rotary_embedding"):
-            for layer in base.layers:
-                state.swap(layer.self_attn, "attention", {"forward": layers.attention_forward,
-                                                          "_kw_attn_kwargs": staticmethod(family.attn_kwargs)})
+            for attn in _attention_modules(base):
+                state.swap(attn, f"attention:{family.gated_attention}",
+                           {"forward": layers.attention_forward, "_kw_attn_kwargs": staticmethod(family.attn_kwargs),
+                            "_kw_gated": family.gated_attention})
             state.patched.append("rope")
         else:
             attention_fn.warn_once("kernelworks.rotary_embedding is not available in this version; rotary "
@@ -252,10 +285,15 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
         attention_fn.register()
         state.attn_implementation, state.attention = config._attn_implementation, True
         fallback = "eager" if state.attn_implementation == "eager" else "sdpa"
-        for layer in base.layers:
-            layer.self_attn._kernelworks_fallback = fallback
+        for attn in _attention_modules(base):
+            attn._kernelworks_fallback = fallback
         config._attn_implementation = attention_fn.NAME
         state.patched.append("attention")
+    mixers = [layer.linear_attn for layer in base.layers if hasattr(layer, "linear_attn")]
+    if linear_attention and mixers:
+        for mixer in mixers:
+            state.swap(mixer, "gated_delta", {"forward": gated_delta.gated_delta_net_forward})
+        state.patched.append("linear_attention")
     if loss and base is not model and hasattr(model, "lm_head"):
         state.swap(model, "causal_lm", {"forward": layers.causal_lm_forward})
         state.patched.append("loss")
@@ -273,8 +311,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         module.__class__ = cls
     if state.attention:
         model.config._attn_implementation = state.attn_implementation
-        for layer in getattr(model, "model", model).layers:
-            del layer.self_attn._kernelworks_fallback
+        for attn in _attention_modules(getattr(model, "model", model)):
+            del attn._kernelworks_fallback
     del model._kernelworks_patch
     return model
 

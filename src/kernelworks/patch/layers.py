@@ -106,15 +106,27 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
                         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
                         **kwargs) -> torch.Tensor:
     """Llama/Mistral/Qwen decoder layer with the mid-layer ``residual + attn`` and
-    ``post_attention_layernorm`` in one :func:`kernelworks.rms_norm` pass; ``[batch, seq, hidden]`` in and out."""
+    ``post_attention_layernorm`` in one :func:`kernelworks.rms_norm` pass; ``[batch, seq, hidden]`` in and out.
+    Qwen3-Next's linear-attention layers run their Gated DeltaNet where the others run attention (its norms
+    take ``1 + weight``: ``_kw_offset``)."""
     residual = hidden_states
     hidden_states = self.input_layernorm(hidden_states)
-    hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
-                                      position_ids=position_ids, use_cache=use_cache,
-                                      position_embeddings=position_embeddings, **_with_cache(past_key_values, kwargs))
+    kwargs = _with_cache(past_key_values, kwargs)
+    if getattr(self, "block_type", None) == "linear_attention":  # Qwen3-Next's token mixer
+        cache = kwargs.pop(CACHE_NAME, None)
+        hidden_states = self.linear_attn(hidden_states=hidden_states, attention_mask=attention_mask,
+                                         position_ids=position_ids, **{self._kw_mixer_cache: cache}, **kwargs)
+    else:
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
+                                          position_ids=position_ids, use_cache=use_cache,
+                                          position_embeddings=position_embeddings, **kwargs)
     norm = self.post_attention_layernorm
-    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual)
-    return residual + self.mlp(hidden_states)
+    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual,
+                                                   offset=self._kw_offset)
+    hidden_states = self.mlp(hidden_states)
+    if isinstance(hidden_states, tuple):  # MoE blocks of some versions return (hidden, router logits)
+        hidden_states = hidden_states[0]
+    return residual + hidden_states
 
 
 def gemma_layer_forward(self, hidden_states: torch.Tensor,
@@ -144,13 +156,20 @@ def attention_forward(self, hidden_states: torch.Tensor,
                       attention_mask: torch.Tensor | None = None, past_key_values=None,
                       **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """HF attention module with rotary through :func:`kernelworks.rotary_embedding` (q/k ``[batch, heads,
-    seq, head_dim]``, cos/sin ``[batch, seq, head_dim]``); Qwen3/Gemma3's q/k norms run on the heads first."""
+    seq, head_dim]``, cos/sin ``[batch, seq, rotary_dim]``: partial rotary when ``rotary_dim < head_dim``);
+    Qwen3/Gemma3/Qwen3-Next's q/k norms run on the heads first. Qwen3-Next (``_kw_gated``): ``q_proj`` gives
+    each head's query and output gate side by side, and the output is scaled by ``sigmoid(gate)``."""
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
-    query = self.q_proj(hidden_states).view(hidden_shape)
+    gate = None
+    if self._kw_gated:
+        query, gate = self.q_proj(hidden_states).view(*input_shape, -1, 2 * self.head_dim).chunk(2, dim=-1)
+        gate = gate.reshape(*input_shape, -1)
+    else:
+        query = self.q_proj(hidden_states).view(hidden_shape)
     key = self.k_proj(hidden_states).view(hidden_shape)
     value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    if getattr(self, "q_norm", None) is not None:  # per-head RMSNorm over head_dim (Qwen3, Gemma3)
+    if getattr(self, "q_norm", None) is not None:  # per-head RMSNorm over head_dim (Qwen3, Gemma3, Qwen3-Next)
         query, key = self.q_norm(query), self.k_norm(key)
     cos, sin = position_embeddings
     query, key = kernelworks.rotary_embedding(query.transpose(1, 2), key.transpose(1, 2), cos, sin, layout="neox",
@@ -164,6 +183,8 @@ def attention_forward(self, hidden_states: torch.Tensor,
                              dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling,
                              **self._kw_attn_kwargs(self), **kwargs)
     out = out.reshape(*input_shape, -1).contiguous()
+    if gate is not None:
+        out = out * torch.sigmoid(gate)
     return self.o_proj(out), weights
 
 

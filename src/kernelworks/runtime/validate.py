@@ -96,7 +96,8 @@ def check_real(name: str, value: object, *, low: float | None = None, high: floa
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
     below = low is not None and (value < low if low_inclusive else value <= low)
-    if not math.isfinite(value) or below or (high is not None and value > high):
+    # comparisons, not math.isfinite: torch.compile traces them on a symbolic float (NaN fails both)
+    if not -math.inf < value < math.inf or below or (high is not None and value > high):
         bounds = []
         if low is not None:
             bounds.append(f"{'>=' if low_inclusive else '>'} {low}")
