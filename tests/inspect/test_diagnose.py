@@ -48,6 +48,51 @@ def test_kernel_limiters_come_first():
     assert rungs[0].startswith("more programs")
 
 
+def _scan_report(fraction_warps: int = 8):
+    """A compiled kernel of ours, its occupancy pinned to ``fraction_warps`` of 64 warps per SM."""
+    import dataclasses
+
+    from sample_kernels import scale_kernel
+
+    from kernelworks.inspect import inspect_kernel
+
+    report = inspect_kernel(scale_kernel, "p_x=*fp16,p_y=*fp16,n=i32:16", {"BLOCK": 1024}, "sm_90")
+    report.occupancy = dataclasses.replace(report.occupancy, warps_per_sm=fraction_warps, max_warps_per_sm=64)
+    return report
+
+
+def test_long_call_at_low_occupancy_keeping_no_unit_busy_is_latency_bound():
+    """A 2 ms call at 12% occupancy reaching 15% of the copy rate: latency, with parallelism advice first
+    (not the memory ladder a length-only rule gave it)."""
+    ms = 2.0
+    cost = Cost(flops=1e9, bytes=0.15 * 3000e9 * ms * 1e-3)
+    _, regime, limiters, rungs = classify(cost, ms, CEIL, torch.bfloat16, [_scan_report()])
+    assert regime == "latency-bound"
+    assert limiters[0].startswith("neither unit is busy: memory 15%")
+    assert rungs[0].startswith("raise occupancy") and not any(r.startswith("tile sweep") for r in rungs)
+
+
+def test_same_call_at_full_occupancy_keeps_the_memory_ladder():
+    ms = 2.0
+    cost = Cost(flops=1e9, bytes=0.15 * 3000e9 * ms * 1e-3)
+    _, regime, _, rungs = classify(cost, ms, CEIL, torch.bfloat16, [_scan_report(64)])
+    assert regime == "memory-bound" and rungs[0].startswith("tile sweep")
+
+
+def test_nsight_figures_outrank_the_cost_model():
+    """ncu says DRAM 20%, SM 10% at low occupancy: latency-bound although the cost model counts enough bytes
+    for 60% of the copy rate; DRAM busy well beyond the useful bytes is named as extra traffic."""
+    ms = 1.0
+    cost = Cost(flops=1e9, bytes=0.6 * 3000e9 * ms * 1e-3)
+    ncu = {"k1": {"DRAM %": 20.0, "SM %": 10.0, "time": 900.0}, "k2": {"DRAM %": 20.0, "SM %": 10.0, "time": 100.0}}
+    _, regime, limiters, _ = classify(cost, ms, CEIL, torch.bfloat16, [_scan_report()], ncu=ncu)
+    assert regime == "latency-bound" and "(Nsight Compute)" in limiters[0]
+    busy = {"k": {"DRAM %": 90.0, "SM %": 20.0, "time": 1000.0}}
+    _, regime, limiters, _ = classify(Cost(flops=1e9, bytes=0.3 * 3000e9 * ms * 1e-3), ms, CEIL, torch.bfloat16,
+                                      ncu=busy)
+    assert regime == "memory-bound" and any(lim.startswith("DRAM 90% busy for 30%") for lim in limiters)
+
+
 NCU_CSV = '''==PROF== Connected to process 1
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","1","python","h","_softmax_fwd_kernel","1","7","(512, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","91.52"

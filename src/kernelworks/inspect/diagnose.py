@@ -5,6 +5,13 @@ the limiter the compiled code shows (spills, occupancy, narrow accesses, missing
 programs), and the next rungs of the optimisation ladder to try, in order (shared/PERF.md): tile sweep →
 warps → stages → memory access → fusion → Hopper features (TMA, persistent grid, warp specialisation).
 
+The regime comes from what the call achieved, not from its length alone: the fraction of the copy bandwidth
+and of the matrix peak it reached (Nsight Compute's DRAM and SM throughput when it ran, else the cost model's
+bytes and FLOPs over the time), and whether the compiled kernels can fill the GPU (occupancy, programs per
+SM). A call under ~20 µs is launch-latency-bound; a longer call that keeps neither memory nor compute busy
+while its kernels leave the SMs short of warps or programs is latency-bound too (a sequential scan at 12%
+occupancy is not helped by memory advice); otherwise the busier of the two units names the regime.
+
 :func:`classify` is pure (numbers in, verdict out) so it is tested without a GPU; :func:`diagnose_op`
 does the measuring on one.
 """
@@ -31,6 +38,10 @@ LATENCY_MS = 0.02
 """Below ~20 µs a call is dominated by launch and host time, whatever its kernels do."""
 AT_ROOFLINE = 80.0
 """% of speed of light from which only doing less work (fusion, fewer bytes) can still help much."""
+BUSY = 0.5
+"""Fraction of a unit's peak (copy bandwidth, matrix rate) below which it is not what the call waits on."""
+STARVED_OCCUPANCY = 0.25
+"""Resident warps over the SM's maximum below which too few warps are in flight to hide latency."""
 
 
 @dataclass
@@ -68,14 +79,31 @@ def _kernel_limiters(kernels: list[KernelReport], sm_count: int) -> list[str]:
     return out
 
 
+def utilisation(line: Roofline, ceil: Ceilings, dtype: torch.dtype,
+                ncu: dict[str, dict[str, float]] | None = None) -> tuple[float, float]:
+    """``(memory, compute)`` busy fractions of the call: Nsight Compute's DRAM and SM throughput (the
+    time-weighted mean over the call's kernels) when it ran, else the cost model's rates over the ceilings."""
+    timed = [m for m in (ncu or {}).values() if "DRAM %" in m and "SM %" in m]
+    if timed:
+        weights = [m.get("time") or 1.0 for m in timed]
+        total = sum(weights)
+        return (sum(w * m["DRAM %"] for w, m in zip(weights, timed)) / total / 100,
+                sum(w * m["SM %"] for w, m in zip(weights, timed)) / total / 100)
+    peak = ceil.peak_tflops(dtype)
+    return (line.gbs / ceil.bandwidth_gbs if ceil.bandwidth_gbs else 0.0,
+            line.tflops / peak if peak else 0.0)
+
+
 def classify(cost: Cost, median_ms: float, ceil: Ceilings, dtype: torch.dtype,
-             kernels: list[KernelReport] | None = None, sm_count: int = 132) -> tuple[Roofline, str, list[str],
-                                                                                     list[str]]:
-    """``(roofline, regime, limiters, next rungs)`` for a call of ``cost`` that took ``median_ms``."""
+             kernels: list[KernelReport] | None = None, sm_count: int = 132,
+             ncu: dict[str, dict[str, float]] | None = None) -> tuple[Roofline, str, list[str], list[str]]:
+    """``(roofline, regime, limiters, next rungs)`` for a call of ``cost`` that took ``median_ms`` (with
+    Nsight Compute's per-kernel figures from :func:`run_ncu` when they were measured)."""
     kernels = kernels or []
     line = roofline(cost, median_ms, ceil, dtype)
     limiters = _kernel_limiters(kernels, sm_count)
     few_programs = any("programs for" in lim for lim in limiters)
+    low_occupancy = any(k.occupancy.fraction < STARVED_OCCUPANCY for k in kernels)
     if median_ms < LATENCY_MS and line.pct_sol < 50:
         regime = "latency-bound"
         rungs = ["take launch and host time out: CUDA graphs (`kw bench --cuda-graph` shows the kernel-only "
@@ -84,7 +112,30 @@ def classify(cost: Cost, median_ms: float, ceil: Ceilings, dtype: torch.dtype,
         if few_programs:
             rungs.insert(0, "split the work over more programs (several per SM)")
         return line, regime, limiters, rungs
-    regime = f"{line.bound}-bound"
+    memory, compute = utilisation(line, ceil, dtype, ncu)
+    if max(memory, compute) < BUSY and (few_programs or low_occupancy):
+        limiters.insert(0, f"neither unit is busy: memory {memory:.0%} of the copy rate, compute {compute:.0%} "
+                           f"of the matrix peak{' (Nsight Compute)' if ncu else ''}: the kernels wait on latency "
+                           "with too few warps or programs in flight")
+        rungs = []
+        if few_programs:
+            rungs.append("more programs: split the sequential dimension (segments of a scan, split-K / "
+                         "split-row) or a persistent grid over finer work items")
+        if low_occupancy:
+            rungs.append("raise occupancy: fewer registers (smaller tile per thread, fewer live values) or "
+                         "less shared memory (fewer stages)")
+        rungs += ["more independent work per warp while it waits: prefetch the next block (num_stages), "
+                  "unroll the inner loop, shorten dependent chains",
+                  "fuse with neighbouring ops so the waits are shared"]
+        return line, "latency-bound", limiters, rungs
+    bound = line.bound
+    if ncu:  # what the hardware counters saw outranks the cost model's split
+        bound = "memory" if memory >= compute else "compute"
+        useful = line.gbs / ceil.bandwidth_gbs if ceil.bandwidth_gbs else 0.0
+        if memory > 1.5 * useful + 0.05:
+            limiters.append(f"DRAM {memory:.0%} busy for {useful:.0%} of useful traffic: the kernels move more "
+                            "bytes than the cost model needs (re-reads past L2, uncoalesced or partial sectors)")
+    regime = f"{bound}-bound"
     rungs: list[str] = []
     if line.pct_sol >= AT_ROOFLINE:
         rungs.append(f"at {line.pct_sol:.0f}% of the {line.bound} roofline: only less work helps now — fuse with "
@@ -100,7 +151,7 @@ def classify(cost: Cost, median_ms: float, ceil: Ceilings, dtype: torch.dtype,
     if any("occupancy" in lim for lim in limiters):
         rungs.append("raise occupancy: fewer registers (smaller tile per thread) or less shared memory "
                      "(fewer stages)")
-    if line.bound == "memory":
+    if bound == "memory":
         if any("narrow" in lim for lim in limiters):
             rungs.append("16-byte accesses: aligned pointers, strides divisible by 16 (tl.multiple_of), "
                          "unit-stride inner dimension")
@@ -184,10 +235,11 @@ def diagnose_op(op: str, case: str, mode: str = "fwd", *, with_ncu: bool = False
     major, minor = torch.cuda.get_device_capability()
     kernels = inspect_op(spec, c, f"sm_{major}{minor}", modes=(mode,))
     gpu = current_gpu()
+    ncu = run_ncu(spec.name, c.id, mode, _kernel_regex(kernels)) if with_ncu else None
     line, regime, limiters, rungs = classify(spec.cost(c, mode), rec.median_ms, ceil, c.dtype, kernels,
-                                             gpu.sm_count if gpu else 132)
+                                             gpu.sm_count if gpu else 132, ncu)
     return Diagnosis(spec.name, c.id, mode, rec.median_ms, spec.cost(c, mode), line, regime, limiters, rungs,
-                     kernels, run_ncu(spec.name, c.id, mode, _kernel_regex(kernels)) if with_ncu else None)
+                     kernels, ncu)
 
 
 def _kernel_regex(kernels: list) -> str:
