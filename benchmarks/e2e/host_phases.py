@@ -64,11 +64,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--nodes", action="store_true")
-    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval for the run")
+    ap.add_argument("--no-replay", action="store_true", help="kernelworks.runtime.replay off (the comparison)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)
+    if args.no_replay:
+        from kernelworks.runtime import replay
+
+        replay.set_enabled(False)
     spec = MODELS[args.model]
     torch.manual_seed(0)
     model = _apply_variant(build(spec, device="cuda"), spec["family"], args.variant)
@@ -101,8 +103,12 @@ def main() -> None:
                 phases[key].append(value * 1e3)
             phases["gpu_ms"].append(start.elapsed_time(end))
             per_step_nodes.append(collections.Counter(totals))
-    result = {"model": args.model, "variant": args.variant, "switch_interval": sys.getswitchinterval(),
+    result = {"model": args.model, "variant": args.variant, "replay_on": not args.no_replay,
               **{k: statistics.median(v) for k, v in phases.items()}}
+    if args.variant.startswith("kw"):
+        from kernelworks.runtime import replay
+
+        result["replay"] = replay.report()
     if args.nodes:
         names = sorted({n for c in per_step_nodes for n in c})
         result["nodes_ms"] = {n: statistics.median(c[n] for c in per_step_nodes) * 1e3 for n in names}
