@@ -103,7 +103,10 @@ def main() -> None:
                 phases[key].append(value * 1e3)
             phases["gpu_ms"].append(start.elapsed_time(end))
             per_step_nodes.append(collections.Counter(totals))
-    result = {"model": args.model, "variant": args.variant, "replay_on": not args.no_replay,
+    from run import _environment
+
+    result = {"environment": _environment(), "model": args.model, "variant": args.variant,
+              "replay_on": not args.no_replay,
               **{k: statistics.median(v) for k, v in phases.items()}}
     if args.variant.startswith("kw"):
         from kernelworks.runtime import replay

@@ -76,7 +76,7 @@ def _kernel_limiters(kernels: list[KernelReport], sm_count: int) -> list[str]:
             out.append(f"{name}: narrow (≤32-bit) global accesses on 16-bit data")
         if k.programs is not None and k.programs < sm_count:
             out.append(f"{name}: {k.programs} programs for {sm_count} SMs (part of the GPU idles)")
-    return out
+    return list(dict.fromkeys(out))  # one line per finding: a kernel compiled for several launches repeats them
 
 
 def utilisation(line: Roofline, ceil: Ceilings, dtype: torch.dtype,
