@@ -139,7 +139,8 @@ def table(doc: dict) -> str:
         else:
             base = {r["variant"]: r["step_ms"] for r in rows}
             cols = [b for b in ("hf-eager", "hf-compile", "liger") if b in base]
-            lines += [f"\n**{job}** ({rows[0]['model']}, {rows[0]['tokens_per_step']} tokens a step)\n",
+            optimizers = ", ".join(sorted({r.get("optimizer", "AdamW foreach") for r in rows}))
+            lines += [f"\n**{job}** ({rows[0]['model']}, {rows[0]['tokens_per_step']} tokens a step, {optimizers})\n",
                       "| variant | ms / step | " + " | ".join(f"× {c}" for c in cols) + " | peak GB |",
                       "|---|---|" + "---|" * len(cols) + "---|"]
             for r in rows:

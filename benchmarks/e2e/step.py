@@ -4,7 +4,9 @@ process-wide, so variants never share one).
     python benchmarks/e2e/step.py --model llama3-8b-2l --variant kw-eager --weights W.pt --out R.json [--task train]
 
 Tasks:
-- ``train``: forward (with labels), backward, AdamW step; median step time over ``--steps`` after ``--warmup``
+- ``train``: forward (with labels), backward, AdamW step (``--optimizer fused``, torch's single-kernel AdamW and
+  the Hugging Face Trainer's default optimizer with torch ≥ 2.8, or ``foreach``, the multi-tensor one these
+  benchmarks used up to session 10); median step time over ``--steps`` after ``--warmup``
   steps, peak memory of the timed steps, and the loss of every step (the loss curve: ``--steps`` steps from the
   same weights and data).
 - ``decode``: greedy ``generate`` of ``--new-tokens`` tokens after a ``--prompt`` long prompt, at ``--batch``
@@ -55,7 +57,8 @@ def _batch(spec: dict, vocab: int, device: torch.device) -> torch.Tensor:
 
 def train(model: torch.nn.Module, spec: dict, vocab: int, args: argparse.Namespace) -> dict:
     device = torch.device("cuda")
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, foreach=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, **{args.optimizer: True})
     ids = _batch(spec, vocab, device)
     losses, times = [], []
 
@@ -78,7 +81,7 @@ def train(model: torch.nn.Module, spec: dict, vocab: int, args: argparse.Namespa
         losses.append(float(loss))
     return {"step_ms": statistics.median(times) * 1e3, "step_ms_all": [t * 1e3 for t in times],
             "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "losses": losses,
-            "tokens_per_step": spec["batch"] * spec["seq"]}
+            "tokens_per_step": spec["batch"] * spec["seq"], "optimizer": f"AdamW {args.optimizer}"}
 
 
 @torch.no_grad()
@@ -127,6 +130,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--optimizer", choices=("fused", "foreach"), default="fused",
+                    help="AdamW implementation (fused: the HF Trainer's default with torch >= 2.8)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
