@@ -473,3 +473,74 @@ def test_kw011_skips_helpers_whose_caller_passes_constexprs():
         tl.store(x_ptr + offs, 0.0, mask=offs < n)
     """
     assert "KW011" not in codes(src)
+
+
+# ------------------------------------------------------------------------------------------------ KW012
+
+_LAUNCHER = """
+@triton.jit
+def _k(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 0.0, mask=offs < n)
+
+def run(x, lengths):
+    {pre}
+    _k[(triton.cdiv(x.numel(), 256),)](x, x.numel(), BLOCK=256)
+    {post}
+"""
+
+
+@pytest.mark.parametrize(("pre", "post", "bad"), [
+    ("n = int(lengths.max().item())", "", True),
+    ("sizes = lengths.tolist()", "", True),
+    ("", "torch.cuda.synchronize()", True),
+    ("idx = lengths.nonzero()", "", True),
+    ("host = lengths.cpu()", "", True),
+    ("lengths = lengths.to(torch.int32)", "", False),
+    ("", "return x", False),
+])
+def test_kw012(pre, post, bad):
+    assert ("KW012" in codes(_LAUNCHER.format(pre=pre, post=post))) is bad
+
+
+def test_kw012_reads_only_the_launching_function():
+    src = """
+    @triton.jit
+    def _k(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, 0.0, mask=offs < n)
+
+    def check(lengths):
+        if int(lengths.min().item()) < 0:
+            raise ValueError("negative length")
+
+    def run(x):
+        _k[(triton.cdiv(x.numel(), 256),)](x, x.numel(), BLOCK=256)
+    """
+    assert "KW012" not in codes(src)
+
+
+# ------------------------------------------------------------------------------------------------ KW013
+
+@pytest.mark.parametrize(("body", "bad"), [
+    ("acc = tl.sum(a[:, :, None] * b[None, :, :], axis=1)", True),
+    ("p = a[:, :, None] * b[None, :, :]\n        acc = tl.sum(p, axis=1)", True),
+    ("acc = tl.sum(tl.expand_dims(a, 2) * tl.expand_dims(b, 0), axis=1)", True),
+    ("acc = tl.sum(a * b, axis=1)", False),
+    ("acc = tl.sum(a * v[None, :], axis=1)", False),
+    ("acc = tl.sum(tl.expand_dims(v, 1) * tl.expand_dims(v, 0), axis=1)", False),
+    ("acc = tl.dot(a, b)", False),
+])
+def test_kw013(body, bad):
+    src = f"""
+    @triton.jit
+    def k(a_ptr, b_ptr, v_ptr, c_ptr, BM: tl.constexpr, BK: tl.constexpr):
+        rm = tl.arange(0, BM)
+        rk = tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+        b = tl.load(b_ptr + rk[:, None] * BM + rm[None, :])
+        v = tl.load(v_ptr + rk)
+        {body}
+        tl.store(c_ptr + rm, rm)
+    """
+    assert ("KW013" in codes(src)) is bad

@@ -14,6 +14,8 @@ from kernelworks.lint.rules.kw008_contiguity import AssumedContiguous
 from kernelworks.lint.rules.kw009_float_atomics import FloatAtomicAdd
 from kernelworks.lint.rules.kw010_tf32_dot import ImplicitTF32
 from kernelworks.lint.rules.kw011_arange_constexpr import ArangeNotConstexpr
+from kernelworks.lint.rules.kw012_host_sync import HostSyncInLaunchPath
+from kernelworks.lint.rules.kw013_sum_matmul import SumOfBroadcastMatmul
 
 RULES: tuple[Rule, ...] = (
     UnmaskedAccess(),
@@ -27,6 +29,8 @@ RULES: tuple[Rule, ...] = (
     FloatAtomicAdd(),
     ImplicitTF32(),
     ArangeNotConstexpr(),
+    HostSyncInLaunchPath(),
+    SumOfBroadcastMatmul(),
 )
 """Every rule, in code order."""
 
