@@ -5,6 +5,7 @@
     kw lint examples/user_kernel.py            # static checks of the kernel source
     kw inspect examples/user_kernel.py:SPEC    # registers, occupancy, SASS mix for sm_90 (no GPU needed)
     kw diagnose examples/user_kernel.py:SPEC --case 8192x8192   # what limits it (GPU)
+    kw tune examples/user_kernel.py:SPEC       # search its BLOCK × num_warps configs, each checked (GPU)
     python examples/user_kernel.py             # check (and bench) from Python
 
 The kernel is a leaky ReLU with a learnable-free slope: y = x if x > 0 else slope·x.
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import triton
@@ -35,12 +39,30 @@ def _leaky_relu_kernel(x_ptr, y_ptr, n, slope, BLOCK: tl.constexpr):
     tl.store(y_ptr + o_x, b_y.to(y_ptr.dtype.element_ty), mask=m_x)
 
 
+CONFIGS = [{"BLOCK": block, "num_warps": warps} for block in (1024, 2048, 4096, 8192) for warps in (4, 8)]
+"""The launch configs ``kw tune`` searches, simplest first."""
+DEFAULT_CONFIG = {"BLOCK": 4096, "num_warps": 4}
+_CONFIG: ContextVar[Mapping[str, int] | None] = ContextVar("leaky_relu_config", default=None)
+
+
+@contextmanager
+def configured(config: Mapping[str, int]) -> Iterator[None]:
+    """Within the block, :func:`leaky_relu` launches with ``config`` (how ``kw tune`` tries each one)."""
+    token = _CONFIG.set({**DEFAULT_CONFIG, **config})
+    try:
+        yield
+    finally:
+        _CONFIG.reset(token)
+
+
 def leaky_relu(x: torch.Tensor, slope: float = 0.01) -> torch.Tensor:
     """Leaky ReLU of any-shaped ``x`` (made contiguous first); returns a tensor like ``x``."""
     x = x.contiguous()
     y = torch.empty_like(x)
-    block = 4096
-    _leaky_relu_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), slope, BLOCK=block)
+    config = _CONFIG.get() or DEFAULT_CONFIG
+    block = config["BLOCK"]
+    _leaky_relu_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), slope, BLOCK=block,
+                                                         num_warps=config["num_warps"])
     return y
 
 
@@ -71,6 +93,8 @@ SPEC = OpSpec(
     cost=cost,
     providers={"mine": Provider("mine", leaky_relu)},
     subject="mine",
+    configs=CONFIGS,
+    configured=configured,
 )
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
 from kernelworks.patch import patch, unpatch  # noqa: E402
 from kernelworks.runtime.indices import set_validation, validation  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
+from kernelworks.tune import tune  # noqa: E402
 from kernelworks.workbench import bench, check  # noqa: E402
 
 __version__ = "0.1.0"
@@ -78,6 +79,7 @@ __all__ = [
     "silu",
     "softmax",
     "swiglu",
+    "tune",
     "unpatch",
     "validation",
 ]

@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,10 @@ class OpSpec:
         tolerance: ``tolerance(dtype) -> Tolerance``; a case may widen it with a ``max_rel_l2`` param (a
             mode that rounds more by design, judged against a peer doing the same: :meth:`case_tolerance`).
         deterministic: repeated runs on the same inputs must agree bit for bit.
-        configs: tunable kernels' search space.
+        configs: tunable kernels' search space, simplest first (``kw inspect --all-configs`` compiles each;
+            ``kw tune`` searches them when ``configured`` is set).
+        configured: ``configured(config)`` → a context manager under which the subject provider runs that
+            config (``kw tune``); None: not tunable.
         bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
             peak memory) by default — for ops whose work moves between directions across providers
             (a loss that writes its gradient in the forward), where only the sum compares fairly.
@@ -189,6 +193,7 @@ class OpSpec:
     deterministic: bool = True
     baselines: tuple[str, ...] = ("torch", "torch.compile")
     configs: Sequence[Mapping[str, Any]] = ()
+    configured: Callable[[Mapping[str, Any]], AbstractContextManager[Any]] | None = None
     bench_step: bool = False
     step_cost: Callable[[Case], Cost] | None = None
     description: str = ""

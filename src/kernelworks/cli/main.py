@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("check", "bench", "report", "render", "calibrate", "ops", "inspect", "lint", "diagnose")
+SUBCOMMANDS = ("check", "bench", "report", "render", "calibrate", "ops", "inspect", "lint", "diagnose", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,10 @@ layout), ``pad`` (rows carved out of longer rows: strided, non-contiguous operan
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
 import torch
 
 from kernelworks.ops.gemm import api, fp8, grouped, reference
@@ -176,6 +180,14 @@ MATMUL_CONFIGS = [
 applies to the kernel that has its keys."""
 
 
+def _matmul_configured(config: Mapping[str, Any]) -> AbstractContextManager[None]:
+    """``kw tune``'s hook: the forced plan of one config (an ``EPI_SPLIT`` key means the Hopper TMA kernel; a
+    TMA plan on operands it cannot read raises, which the tuner records)."""
+    from kernelworks.ops.gemm.forward import Plan, forced_plan
+
+    return forced_plan(Plan(tma="EPI_SPLIT" in config, **config))
+
+
 # ------------------------------------------------------------------------------------------------ specs
 
 MATMUL_SPEC = register(OpSpec(
@@ -189,6 +201,7 @@ MATMUL_SPEC = register(OpSpec(
     providers={"kernelworks": Provider("kernelworks", api.matmul)},
     grad_inputs=("a", "b", "bias", "residual"),
     configs=MATMUL_CONFIGS,
+    configured=_matmul_configured,
 ))
 
 

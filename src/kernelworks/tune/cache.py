@@ -1,0 +1,68 @@
+"""Tuned winners cached per GPU, triton version, source and case (``$KERNELWORKS_CACHE/tune.json``).
+
+An entry is used only when all four match: a different GPU or triton, or any edit to the file that defines
+the spec's subject provider (its kernels, in the usual layout) or the spec, makes it stale, and stale
+entries are never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+from kernelworks.hardware import _cache_dir
+from kernelworks.spec import Case, OpSpec
+
+
+def _path() -> Path:
+    return _cache_dir() / "tune.json"
+
+
+def source_hash(spec: OpSpec) -> str:
+    """sha256 (16 hex digits) of the files defining the subject provider and the spec's reference."""
+    digest = hashlib.sha256()
+    for fn in (spec.providers[spec.subject].fn, spec.reference, spec.inputs):
+        try:
+            path = inspect.getsourcefile(inspect.unwrap(fn))
+        except TypeError:
+            path = None
+        if path:
+            digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _device() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def key(spec: OpSpec, case: Case) -> str:
+    """The cache key of one case's winner here: GPU, triton version, source hash, op and case."""
+    return f"{_device()}|triton {triton.__version__}|{source_hash(spec)}|{spec.name}|{case.id}"
+
+
+def _load() -> dict[str, Any]:
+    try:
+        return json.loads(_path().read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def lookup(spec: OpSpec, case: Case) -> dict[str, Any] | None:
+    """The cached winning config for ``case`` on this GPU, triton and source, else None."""
+    entry = _load().get(key(spec, case))
+    return None if entry is None else dict(entry["config"])
+
+
+def store(spec: OpSpec, case: Case, config: dict[str, Any]) -> None:
+    data = _load()
+    data[key(spec, case)] = {"config": config, "date": time.strftime("%Y-%m-%d")}
+    path = _path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))

@@ -1,0 +1,239 @@
+"""``kernelworks.tune(spec)``: correctness-gated search over the configs a spec declares.
+
+A spec is tunable when it declares ``configs`` (the search space: one mapping of knobs per candidate, the
+simplest first) and ``configured(config)``, a context manager under which its subject provider runs that
+config. For each case:
+
+1. every candidate runs once on fresh copies of the case's inputs (in-place arguments restored) and is
+   compared with the float64 reference under the spec's tolerance rule; a candidate that raises (a failed
+   compile included) or is wrong is recorded with why and never timed, never chosen;
+2. the right ones are timed (``time_fn``: CUDA events, warm-up, median of many, L2 flushed); the op's own
+   choice (no config forced, shown as ``default``) is always the first candidate, so a winner is measured
+   against what the op does today, in the same run;
+3. the fastest three are re-timed interleaved, round-robin, so drift hits them alike; the fastest wins only
+   if it beats the runner-up by more than their measured spread (the p20–p80 band), else the simpler of
+   the two (the one declared first) does.
+
+Strategies: ``exhaustive`` (every config, in order) and ``random`` (configs in a seeded random order until
+the time budget runs out; the default always runs). Winners are cached per GPU, triton version, the
+source of the spec's module and the case (:mod:`kernelworks.tune.cache`); a stale entry is never used.
+
+Not in this increment: compiling candidates in parallel processes with a time-out, a search that beats
+random sampling on large spaces, and the shipped per-GPU tables for our ops.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelworks.check.compare import compare
+from kernelworks.check.engine import as_outputs, upcast
+from kernelworks.runtime.device import default_device
+from kernelworks.spec import Case, OpSpec
+
+STRATEGIES = ("exhaustive", "random")
+FINALISTS = 3
+"""Candidates re-timed against each other, interleaved, before the winner is named."""
+ROUNDS = 3
+"""Interleaved rounds of the finalists' re-timing."""
+
+Timer = Callable[[Callable[[], object]], tuple[float, float, float]]
+"""``timer(fn) -> (median_ms, p20_ms, p80_ms)`` of repeated calls of ``fn``."""
+
+
+@dataclass
+class Candidate:
+    """One config's verdict on one case: ``ok`` (then timed), ``wrong`` or ``error``."""
+
+    config: dict[str, Any]
+    """The knobs forced; empty for the op's own (default) choice."""
+    verdict: str
+    detail: str = ""
+    ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    order: int = 0
+    """0 for the default, else 1 + the position in the spec's ``configs`` (lower is simpler: the tie-break)."""
+
+
+@dataclass
+class CaseTuning:
+    """The search on one case: every candidate tried, the winner and why it won."""
+
+    op: str
+    case: str
+    candidates: list[Candidate] = field(default_factory=list)
+    winner: dict[str, Any] | None = None
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def best_so_far(self) -> list[float | None]:
+        """The best time after each candidate tried (None until one is right): the search's curve."""
+        out: list[float | None] = []
+        best: float | None = None
+        for c in self.candidates:
+            if c.ms is not None and (best is None or c.ms < best):
+                best = c.ms
+            out.append(best)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "case": self.case, "winner": self.winner, "reason": self.reason,
+                "seconds": self.seconds, "candidates": [vars(c) for c in self.candidates]}
+
+
+def _gpu_timer(fn: Callable[[], object]) -> tuple[float, float, float]:
+    from kernelworks.bench.timing import time_fn
+
+    t = time_fn(fn)
+    return t.median_ms, t.p20_ms, t.p80_ms
+
+
+def _fresh(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs with every tensor cloned: a candidate that writes in place leaves the next one untouched."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _verdict(spec: OpSpec, case: Case, fn: Callable[..., Any], inputs: Mapping[str, Any],
+             ref: Sequence[torch.Tensor], base: Sequence[torch.Tensor]) -> tuple[str, str]:
+    try:
+        out = as_outputs(fn(**_fresh(inputs)))
+    except Exception as e:  # a failed compile or launch is a verdict, not the end of the search
+        return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    if len(out) != len(ref):
+        return "wrong", f"returned {len(out)} output(s), the reference {len(ref)}"
+    tol = spec.case_tolerance(case)
+    for i, (o, r, b) in enumerate(zip(out, ref, base)):
+        cmp = compare("out" if len(ref) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
+        if not cmp.passed:
+            return "wrong", cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > {cmp.allowed:.3g}"
+    return "ok", ""
+
+
+def _order(n: int, strategy: str, seed: int) -> list[int]:
+    """Candidate indices to try: 0 is the op's default, 1..n the spec's configs."""
+    if strategy == "exhaustive":
+        return list(range(n + 1))
+    rest = list(range(1, n + 1))
+    random.Random(seed).shuffle(rest)
+    return [0, *rest]
+
+
+def _context(spec: OpSpec, config: Mapping[str, Any]) -> AbstractContextManager[Any]:
+    """The spec's ``configured`` context for a config; the default (empty config) forces nothing."""
+    assert spec.configured is not None
+    return spec.configured(config) if config else nullcontext()
+
+
+def _pick(finalists: list[Candidate], timer: Timer, run: Callable[[Candidate], Callable[[], object]]
+          ) -> tuple[Candidate, str]:
+    """Re-time the finalists interleaved and name the winner (the simpler one unless clearly faster)."""
+    samples: dict[int, list[tuple[float, float, float]]] = {id(c): [] for c in finalists}
+    for _ in range(ROUNDS):
+        for c in finalists:
+            samples[id(c)].append(timer(run(c)))
+    for c in finalists:
+        got = sorted(samples[id(c)])
+        c.ms, c.p20_ms, c.p80_ms = got[len(got) // 2]
+    ranked = sorted(finalists, key=lambda c: c.ms)
+    if len(ranked) == 1:
+        return ranked[0], "the only right config"
+    best, second = ranked[0], ranked[1]
+    spread = max(best.p80_ms - best.p20_ms, second.p80_ms - second.p20_ms)
+    gap = second.ms - best.ms
+    if gap > spread or best.order < second.order:
+        return best, (f"{gap / second.ms:.1%} faster than the runner-up (spread {spread:.4f} ms)"
+                      if gap > spread else "fastest and the simpler of the two")
+    return second, (f"within the spread of the fastest ({gap:.4f} ≤ {spread:.4f} ms): the simpler config wins")
+
+
+def tune_case(spec: OpSpec, case: Case, *, strategy: str = "exhaustive", budget_s: float | None = None,
+              device: torch.device | None = None, timer: Timer | None = None, seed: int = 0,
+              on_candidate: Callable[[Candidate], None] | None = None) -> CaseTuning:
+    """Search ``spec.configs`` on one case (see the module docstring); returns the record of the search."""
+    if not spec.configs or spec.configured is None:
+        raise ValueError(f"spec {spec.name!r} is not tunable: it needs `configs` and `configured`")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    device = device or default_device()
+    timer = timer or _gpu_timer
+    fn = spec.providers[spec.subject].fn
+    result = CaseTuning(spec.name, case.id)
+    t_start = time.perf_counter()
+    torch.manual_seed(seed)
+    inputs = spec.inputs(case, device)
+    ref = as_outputs(spec.reference(**upcast(inputs)))
+    base = as_outputs(spec.reference(**inputs))
+
+    def run(c: Candidate) -> Callable[[], object]:
+        args = _fresh(inputs)
+
+        def call() -> object:
+            with _context(spec, c.config):
+                return fn(**args)
+        return call
+
+    for i in _order(len(spec.configs), strategy, seed):
+        if budget_s is not None and result.candidates and time.perf_counter() - t_start > budget_s:
+            break
+        cand = Candidate(dict(spec.configs[i - 1]) if i else {}, "", order=i)
+        with _context(spec, cand.config):
+            cand.verdict, cand.detail = _verdict(spec, case, fn, inputs, ref, base)
+        if cand.verdict == "ok":
+            cand.ms, cand.p20_ms, cand.p80_ms = timer(run(cand))
+        result.candidates.append(cand)
+        if on_candidate is not None:
+            on_candidate(cand)
+    right = sorted((c for c in result.candidates if c.verdict == "ok"), key=lambda c: c.ms)
+    if not right:
+        result.reason = "no config was right"
+    else:
+        winner, result.reason = _pick(right[:FINALISTS], timer, run)
+        result.winner = winner.config
+    result.seconds = time.perf_counter() - t_start
+    return result
+
+
+def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "exhaustive",
+         budget_s: float | None = None, device: torch.device | None = None, timer: Timer | None = None,
+         progress: bool = True, use_cache: bool = True, write_cache: bool = True) -> list[CaseTuning]:
+    """Tune ``spec`` on its bench cases (or the named ones): one :class:`CaseTuning` per case.
+
+    ``budget_s`` bounds each case's search (the ``random`` strategy's stopping rule). A cached winner for
+    this GPU, triton version and spec source is returned without searching when ``use_cache``
+    (``reason`` says so); new winners are cached when ``write_cache``.
+    """
+    from kernelworks.tune import cache
+
+    chosen = spec.find_cases(cases, bench=True) if spec.bench_cases else spec.find_cases(cases, bench=False)
+    out: list[CaseTuning] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(chosen) * (len(spec.configs) + 1), desc=f"kw tune {spec.name}", unit="config")
+    for case in chosen:
+        hit = cache.lookup(spec, case) if use_cache else None
+        if hit is not None:
+            out.append(CaseTuning(spec.name, case.id, winner=hit, reason="cached (same GPU, triton and source)"))
+            if bar is not None:
+                bar.update(len(spec.configs) + 1)
+            continue
+        res = tune_case(spec, case, strategy=strategy, budget_s=budget_s, device=device, timer=timer,
+                        on_candidate=(lambda _c: bar.update(1)) if bar is not None else None)
+        if bar is not None:
+            bar.update(len(spec.configs) + 1 - len(res.candidates))
+        if write_cache and res.winner is not None:
+            cache.store(spec, case, res.winner)
+        out.append(res)
+    if bar is not None:
+        bar.close()
+    return out

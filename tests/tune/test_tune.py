@@ -1,0 +1,150 @@
+"""``kernelworks.tune`` on the CPU: the correctness gate, the winner rule, in-place inputs, the cache and the
+budget, with a fake timer (times are a GPU's business; the search logic is not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelworks.spec import Case, Cost, OpSpec, Provider
+from kernelworks.tune import cache, table, tune, tune_case
+
+_CHOICE: ContextVar[str] = ContextVar("toy_choice", default="slow")  # the op's own choice
+
+
+@contextmanager
+def _configured(config):
+    token = _CHOICE.set(config["name"])
+    try:
+        yield
+    finally:
+        _CHOICE.reset(token)
+
+
+def _toy(x: torch.Tensor) -> torch.Tensor:
+    """2·x, unless the config is a broken one."""
+    name = _CHOICE.get()
+    if name == "crash":
+        raise RuntimeError("out of shared memory")
+    if name == "wrong":
+        return 2 * x + 1e-2
+    if name == "scribble":  # writes its input in place (and is wrong): the next candidate must not see it
+        x.mul_(3)
+        return x
+    return 2 * x
+
+
+def _spec(*names: str) -> OpSpec:
+    return OpSpec(name="toy", reference=lambda x: 2 * x,
+                  inputs=lambda case, device: {"x": torch.randn(64, device=device, dtype=case.dtype)},
+                  check_cases=[Case("c", {}, torch.float32)], bench_cases=[Case("b", {"n": 64}, torch.float32)],
+                  cost=lambda case, mode: Cost(bytes=512), providers={"ours": Provider("ours", _toy)},
+                  subject="ours", baselines=(), configs=[{"name": n} for n in names], configured=_configured)
+
+
+_runs: list[str] = []
+"""The config of every provider call, in order (the fake timer reads the last to know whose time to give)."""
+
+
+def _recorded(x: torch.Tensor) -> torch.Tensor:
+    _runs.append(_CHOICE.get())
+    return _toy(x)
+
+
+def _timer(times: dict[str, tuple[float, float, float]]):
+    """A fake ``time_fn``: runs the call once and returns that config's (median, p20, p80)."""
+    def timer(fn):
+        fn()
+        return times[_runs[-1]]
+    return timer
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERNELWORKS_CACHE", str(tmp_path))
+    _runs.clear()
+
+
+def _spec_spied(*names: str) -> OpSpec:
+    return dataclasses.replace(_spec(*names), providers={"ours": Provider("ours", _recorded)})
+
+
+TIMES = {"slow": (2.00, 1.99, 2.01), "a": (1.00, 0.99, 1.01), "b": (0.50, 0.49, 0.51), "c": (0.98, 0.90, 1.10)}
+
+
+def test_wrong_and_crashing_configs_are_recorded_never_timed_never_chosen():
+    res = tune_case(_spec_spied("crash", "wrong", "scribble", "a", "b"), Case("b", {}, torch.float32),
+                    timer=_timer(TIMES))
+    assert res.candidates[0].config == {}  # the op's own choice, always tried first
+    verdicts = {c.config["name"]: c.verdict for c in res.candidates[1:]}
+    assert verdicts == {"crash": "error", "wrong": "wrong", "scribble": "wrong", "a": "ok", "b": "ok"}
+    assert "out of shared memory" in next(c.detail for c in res.candidates if c.verdict == "error")
+    assert all(c.ms is None for c in res.candidates if c.verdict != "ok")
+    assert res.winner == {"name": "b"} and "faster than the runner-up" in res.reason
+    assert "| 2 | name=crash | error: RuntimeError: out of shared memory |" in table([res])
+
+
+def test_a_win_inside_the_spread_goes_to_the_simpler_config():
+    times = {**TIMES, "a": (0.97, 0.96, 0.98)}
+    res = tune_case(_spec_spied("c", "a"), Case("b", {}, torch.float32), timer=_timer(times))
+    assert res.winner == {"name": "c"} and "simpler config wins" in res.reason
+
+
+def test_in_place_candidates_do_not_leak_into_the_next():
+    """"scribble" triples its input in place; "a" after it must still see the original and be right."""
+    res = tune_case(_spec_spied("scribble", "a"), Case("b", {}, torch.float32), timer=_timer(TIMES))
+    assert [c.verdict for c in res.candidates[1:]] == ["wrong", "ok"]
+
+
+def test_winners_are_cached_and_a_source_or_triton_change_makes_them_stale(monkeypatch):
+    spec = _spec_spied("a", "b")
+    first = tune(spec, timer=_timer(TIMES), progress=False)
+    assert first[0].winner == {"name": "b"} and first[0].candidates
+    again = tune(spec, timer=_timer(TIMES), progress=False)
+    assert again[0].winner == {"name": "b"} and again[0].reason.startswith("cached") and not again[0].candidates
+    monkeypatch.setattr(cache, "source_hash", lambda s: "edited")
+    fresh = tune(spec, timer=_timer(TIMES), progress=False)
+    assert fresh[0].candidates, "a stale entry was used"
+
+
+def test_random_strategy_stops_at_the_budget_but_always_tries_the_first_config():
+    res = tune_case(_spec_spied("a", "b", "c"), Case("b", {}, torch.float32), strategy="random", budget_s=0.0,
+                    timer=_timer(TIMES))
+    assert [c.config for c in res.candidates] == [{}]  # the default, then the budget is spent
+
+
+def test_untunable_spec_and_bad_strategy_raise():
+    with pytest.raises(ValueError, match="not tunable"):
+        tune_case(dataclasses.replace(_spec("a"), configured=None), Case("b", {}, torch.float32))
+    with pytest.raises(ValueError, match="strategy"):
+        tune_case(_spec("a"), Case("b", {}, torch.float32), strategy="genetic")
+
+
+def test_the_documented_example_tunes_end_to_end():
+    """examples/user_kernel.py: every BLOCK × num_warps config runs its Triton kernel (the interpreter here),
+    is checked, and one wins."""
+    path = Path(__file__).parents[2] / "examples" / "user_kernel.py"
+    module_spec = importlib.util.spec_from_file_location("user_kernel_example", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    small = Case("small", {"rows": 3, "cols": 50}, torch.float32)
+    spec = dataclasses.replace(module.SPEC, bench_cases=[small])
+    (res,) = tune(spec, timer=lambda fn: (fn(), (1.0, 0.9, 1.1))[1], progress=False, use_cache=False)
+    assert [c.verdict for c in res.candidates] == ["ok"] * (len(module.CONFIGS) + 1)
+    assert res.winner == {}  # all tie within the spread: the op's own choice stays
+
+
+def test_cli_refuses_untunable_specs_and_machines_without_a_gpu(capsys):
+    from kernelworks.cli.main import main
+
+    assert main(["tune", "softmax"]) == 2
+    assert "declares no tunable configs" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert main(["tune", "matmul"]) == 2
+        assert "no CUDA GPU" in capsys.readouterr().out
