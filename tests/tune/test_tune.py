@@ -138,6 +138,7 @@ def test_the_documented_example_tunes_end_to_end():
     (res,) = tune(spec, timer=lambda fn: (fn(), (1.0, 0.9, 1.1))[1], progress=False, use_cache=False)
     assert [c.verdict for c in res.candidates] == ["ok"] * (len(module.CONFIGS) + 1)
     assert res.winner == {}  # all tie within the spread: the op's own choice stays
+    assert "winner default (the op's own choice)" in table([res])
 
 
 def test_cli_refuses_untunable_specs_and_machines_without_a_gpu(capsys):

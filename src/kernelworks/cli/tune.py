@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from kernelworks.bench.results import environment
     from kernelworks.spec import load_spec
     from kernelworks.tune import plot, table, tune
 
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     doc = [r.to_dict() for r in results]
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "tune.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "results": doc},
+        (args.out / "tune.json").write_text(json.dumps({"environment": environment(None), "results": doc},
                                                        indent=1) + "\n")
         (args.out / "tune.md").write_text(table(results) + "\n")
         with contextlib.suppress(ImportError):  # the plot needs matplotlib (the `plot` extra)

@@ -15,7 +15,8 @@ def table(results: list[CaseTuning]) -> str:
     """Markdown: per case, the winner and why, then every candidate tried in search order."""
     lines: list[str] = []
     for r in results:
-        lines.append(f"\n**{r.op} · {r.case}**: {('winner ' + _config(r.winner)) if r.winner else 'no winner'}"
+        lines.append(f"\n**{r.op} · {r.case}**: "
+                     f"{'winner ' + _config(r.winner) if r.winner is not None else 'no winner'}"
                      f" — {r.reason} ({len(r.candidates)} tried, {r.seconds:.1f} s)\n")
         if not r.candidates:
             continue
