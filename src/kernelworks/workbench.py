@@ -21,8 +21,9 @@ def _resolve(spec: OpSpec | str) -> OpSpec:
 
 
 def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: str | None = None,
-          seed: int = 0, verbose: bool = True) -> list:
+          seed: int = 0, verbose: bool = True, adversarial: bool = False) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
+    ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs).
 
     Example::
 
@@ -32,7 +33,7 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
     from kernelworks.check import check_table, run_check
 
     s = _resolve(spec)
-    results = run_check(s, cases, provider=provider, seed=seed, progress=verbose)
+    results = run_check(s, cases, provider=provider, seed=seed, progress=verbose, adversarial=adversarial)
     if verbose:
         print(check_table(results))
     return results

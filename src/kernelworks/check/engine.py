@@ -7,7 +7,9 @@ For each case, on fresh seeded inputs:
    NaN first, which catches unwritten elements in kernels that allocate with plain ``torch.empty``);
 3. the two runs must agree bit for bit (a moving result is a race), the inputs must be left unchanged,
    and every output must pass the tolerance rule; NaN/Inf where the reference is finite fails;
-4. with ``grad_inputs``, the same for the gradients of a random upstream gradient.
+4. with ``grad_inputs``, the same for the gradients of a random upstream gradient;
+5. with ``adversarial``, the probes of :mod:`kernelworks.check.adversarial` on the forward (results cached
+   by address or shape, outputs that ignore an input).
 """
 
 from __future__ import annotations
@@ -89,8 +91,9 @@ def _grads(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad_ou
 
 
 def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device: torch.device | None = None,
-               seed: int = 0, modes: Iterable[str] | None = None) -> list[CaseResult]:
-    """Run the checklist for one case; returns one result per mode (``fwd``, and ``bwd`` with gradients)."""
+               seed: int = 0, modes: Iterable[str] | None = None, adversarial: bool = False) -> list[CaseResult]:
+    """Run the checklist for one case; returns one result per mode (``fwd``, and ``bwd`` with gradients);
+    ``adversarial`` adds the cheat probes to the forward."""
     device = device or default_device()
     name = provider or spec.subject
     prov = spec.all_providers()[name]
@@ -142,6 +145,16 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
             for k, v in _tensors(inputs).items():
                 if not bitwise_equal(v, snapshot[k]):
                     res.problems.append(f"input {k!r} was modified")
+            if adversarial and res.passed:
+                from kernelworks.check.adversarial import probe
+
+                def make_inputs(s: int) -> Inputs:
+                    torch.manual_seed(s)
+                    return spec.inputs(case, device)
+                try:
+                    res.problems += probe(spec, case, prov.fn, make_inputs, seed)
+                except Exception as e:
+                    res.problems.append(f"adversarial probe: the provider raised {type(e).__name__}: {e}")
         res.seconds = time.perf_counter() - t0
 
     if "bwd" in results:
@@ -175,8 +188,9 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
 
 def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str | None = None,
               device: torch.device | None = None, seed: int = 0, tags: Iterable[str] | None = None,
-              progress: bool = False) -> list[CaseResult]:
-    """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them."""
+              progress: bool = False, adversarial: bool = False) -> list[CaseResult]:
+    """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them;
+    ``adversarial`` adds the cheat probes."""
     chosen = spec.find_cases(cases, bench=False)
     if tags is not None:
         wanted = set(tags)
@@ -188,7 +202,7 @@ def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str
         iterator = tqdm(list(iterator), desc=f"check {spec.name}", unit="case", leave=False)
     out: list[CaseResult] = []
     for i, c in iterator:
-        out.extend(check_case(spec, c, provider=provider, device=device, seed=seed + i))
+        out.extend(check_case(spec, c, provider=provider, device=device, seed=seed + i, adversarial=adversarial))
     return out
 
 

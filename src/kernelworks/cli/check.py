@@ -18,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.add_argument("--adversarial", action="store_true",
+                   help="also probe for cheats: results cached by address or shape, outputs ignoring an input")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each failure's full text after its op's table (cells show one line)")
 
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     passed = failed = skipped = 0
     for i, spec in enumerate(specs):
         results = run_check(spec, args.case, provider=args.provider, seed=args.seed,
-                            tags=["quick"] if args.quick else None, progress=True)
+                            tags=["quick"] if args.quick else None, progress=True, adversarial=args.adversarial)
         print(("\n" if i else "") + check_table(results, markdown=args.markdown), flush=True)
         details = failure_details(results, markdown=args.markdown) if args.verbose else ""
         if details:

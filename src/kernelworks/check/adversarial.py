@@ -1,0 +1,98 @@
+"""Adversarial probes of ``kw check --adversarial``: answers that pass a fixed-input check while cheating.
+
+A kernel can match the reference on the inputs a check hands it and still be wrong: it returns a result it
+cached from an earlier call (keyed by shape, or by the input's address), or its output does not depend on
+an input it should read. Each probe asks the provider a question whose answer the reference knows:
+
+- ``fresh values``: new random values written into the SAME input tensors (same addresses, shapes and
+  strides), then compared with the reference on them: catches results cached by pointer or by shape;
+- ``fresh tensors``: new inputs in new tensors (new addresses), compared likewise: catches results cached by
+  shape and stale outputs reused across calls;
+- ``dependence``: each floating-point input perturbed in turn (every element, by a few percent); where the
+  reference's output moves, the provider's must move too: catches outputs that ignore an input (a bias
+  dropped, a scale hard-coded). Grounded in the reference, so an input the op does not read is never
+  blamed.
+
+The probes reuse the case's tolerance rule. They cost three to a few more provider and reference calls per
+case (forward only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from kernelworks.check.compare import bitwise_equal, compare
+from kernelworks.spec import Case, OpSpec, Tolerance
+
+Outputs = tuple[torch.Tensor, ...]
+
+
+def _outputs(out: Any) -> Outputs:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _upcast(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in inputs.items()}
+
+
+def _mismatch(out: Outputs, inputs: Mapping[str, Any], spec: OpSpec, tol: Tolerance) -> str | None:
+    """The first output that fails the tolerance rule against the reference on ``inputs``, else None."""
+    ref = _outputs(spec.reference(**_upcast(inputs)))
+    base = _outputs(spec.reference(**inputs))
+    for i, (o, r, b) in enumerate(zip(out, ref, base)):
+        cmp = compare("out" if len(ref) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
+        if not cmp.passed:
+            return cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > allowed {cmp.allowed:.3g}"
+    return None
+
+
+def _refill(inputs: Mapping[str, Any], fresh: Mapping[str, Any]) -> None:
+    """Write ``fresh``'s floating-point values into ``inputs``' tensors in place (same addresses)."""
+    for k, v in inputs.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and isinstance(fresh.get(k), torch.Tensor):
+            v.copy_(fresh[k])
+
+
+def _perturbed(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    noise = torch.randn(t.shape, generator=generator, dtype=torch.float32).to(t.device)
+    return (t.float() * (1 + 0.05 * noise) + 0.05 * noise).to(t.dtype)
+
+
+def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], make_inputs: Callable[[int], dict[str, Any]],
+          seed: int) -> list[str]:
+    """Run the probes on one case; returns the problems found (empty when none)."""
+    problems: list[str] = []
+    tol = spec.case_tolerance(case)
+    inputs = make_inputs(seed)
+    fn(**inputs)  # a first call, as a cheater's cache would see it
+
+    _refill(inputs, make_inputs(seed + 101))
+    bad = _mismatch(_outputs(fn(**inputs)), inputs, spec, tol)
+    if bad is not None:
+        problems.append(f"adversarial (fresh values in the same tensors): {bad} — a result cached by address "
+                        "or by shape?")
+
+    fresh = make_inputs(seed + 202)
+    bad = _mismatch(_outputs(fn(**fresh)), fresh, spec, tol)
+    if bad is not None:
+        problems.append(f"adversarial (fresh tensors): {bad} — a result cached by shape, or a stale output?")
+
+    generator = torch.Generator().manual_seed(seed + 303)
+    base_out = _outputs(fn(**inputs))
+    base_ref = _outputs(spec.reference(**_upcast(inputs)))
+    for name, value in inputs.items():
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()):
+            continue
+        moved = {**inputs, name: _perturbed(value, generator)}
+        ref = _outputs(spec.reference(**_upcast(moved)))
+        if all(bitwise_equal(r, b) for r, b in zip(ref, base_ref)):
+            continue  # the op does not read this input here: nothing to ask
+        out = _outputs(fn(**moved))
+        if all(bitwise_equal(o, b) for o, b in zip(out, base_out)):
+            problems.append(f"adversarial (dependence): perturbing input {name!r} changes the reference's output "
+                            "but not this provider's — the input is ignored")
+    return problems

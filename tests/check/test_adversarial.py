@@ -1,0 +1,126 @@
+"""``kw check --adversarial`` on cheating providers (each must be caught) and honest tricky ones (none may be):
+y = x·w + b, pure torch, so the probes' logic is what is tested."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelworks.check import run_check
+from kernelworks.spec import Case, Cost, OpSpec, Provider
+
+
+def _reference(x, w, b):
+    return x * w + b
+
+
+def _inputs(case, device):
+    n = case["n"]
+    return {"x": torch.randn(8, n, device=device), "w": torch.randn(n, device=device),
+            "b": torch.randn(n, device=device)}
+
+
+def _spec(fn) -> OpSpec:
+    return OpSpec(name="toy_affine", reference=_reference, inputs=_inputs,
+                  check_cases=[Case("c", {"n": 16}, torch.float32)], bench_cases=[],
+                  cost=lambda case, mode: Cost(bytes=1), providers={"p": Provider("p", fn)}, subject="p",
+                  baselines=())
+
+
+# ------------------------------------------------------------------------------------------- cheats
+
+def _cache_by_shape():
+    memo = {}
+
+    def fn(x, w, b):
+        key = (x.shape, w.shape)
+        if key not in memo:
+            memo[key] = x * w + b
+        return memo[key].clone()
+    return fn
+
+
+def _cache_by_pointer():
+    memo = {}
+
+    def fn(x, w, b):
+        key = (x.data_ptr(), w.data_ptr(), b.data_ptr())
+        if key not in memo:
+            memo[key] = x * w + b
+        return memo[key].clone()
+    return fn
+
+
+def _ignores_bias_after_first_call():
+    state = {"b": None}
+
+    def fn(x, w, b):
+        if state["b"] is None:
+            state["b"] = b.clone()
+        return x * w + state["b"]
+    return fn
+
+
+def _half_cached_rows():
+    memo = {}
+
+    def fn(x, w, b):
+        out = x * w + b
+        if x.shape in memo:
+            out[4:] = memo[x.shape][4:]  # the second half from the first call
+        else:
+            memo[x.shape] = out.clone()
+        return out
+    return fn
+
+
+CHEATS = {"cache_by_shape": _cache_by_shape, "cache_by_pointer": _cache_by_pointer,
+          "ignores_bias_after_first_call": _ignores_bias_after_first_call, "half_cached_rows": _half_cached_rows}
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_cheats_pass_the_plain_check_and_fail_the_adversarial_one(name):
+    plain = run_check(_spec(CHEATS[name]()))
+    assert all(r.passed for r in plain), "the cheat should fool the fixed-input check (else this proves nothing)"
+    probed = run_check(_spec(CHEATS[name]()), adversarial=True)
+    assert not probed[0].passed and any(p.startswith("adversarial") for p in probed[0].problems), probed[0].problems
+
+
+def test_the_dependence_probe_names_the_ignored_input():
+    (res,) = run_check(_spec(_ignores_bias_after_first_call()), adversarial=True)
+    assert any(p.startswith("adversarial (dependence)") and "'b'" in p for p in res.problems), res.problems
+    assert not any("'x'" in p or "'w'" in p for p in res.problems if "dependence" in p)
+
+
+# ------------------------------------------------------------------------------------------- honest
+
+def _weight_cache_keyed_by_version():
+    """Legal caching: a transformed weight kept while the weight's storage and version are unchanged."""
+    memo = {}
+
+    def fn(x, w, b):
+        key = (w.data_ptr(), w._version)
+        if key not in memo:
+            memo.clear()
+            memo[key] = w.clone()
+        return x * memo[key] + b
+    return fn
+
+
+def _reordered(x, w, b):
+    return b + w * x  # same math, other order
+
+
+def _unused_input_spec() -> OpSpec:
+    """An op that does not read ``b`` at all: the dependence probe must not blame the provider."""
+    return OpSpec(name="toy_scale", reference=lambda x, w, b: x * w, inputs=_inputs,
+                  check_cases=[Case("c", {"n": 16}, torch.float32)], bench_cases=[],
+                  cost=lambda case, mode: Cost(bytes=1), providers={"p": Provider("p", lambda x, w, b: x * w)},
+                  subject="p", baselines=())
+
+
+@pytest.mark.parametrize("spec", [_spec(_weight_cache_keyed_by_version()), _spec(_reordered), _unused_input_spec()],
+                         ids=["weight_cache_by_version", "reordered", "unused_input"])
+def test_honest_providers_pass_the_adversarial_check(spec):
+    (res,) = run_check(spec, adversarial=True)
+    assert res.passed, res.problems
