@@ -88,8 +88,8 @@ def test_cheats_pass_the_plain_check_and_fail_the_adversarial_one(name):
 
 def test_the_dependence_probe_names_the_ignored_input():
     (res,) = run_check(_spec(_ignores_bias_after_first_call()), adversarial=True)
-    assert any(p.startswith("adversarial (dependence)") and "'b'" in p for p in res.problems), res.problems
-    assert not any("'x'" in p or "'w'" in p for p in res.problems if "dependence" in p)
+    ignored = [p for p in res.problems if p.startswith("adversarial (dependence)") and "input is ignored" in p]
+    assert len(ignored) == 1 and "'b'" in ignored[0], res.problems
 
 
 # ------------------------------------------------------------------------------------------- honest

@@ -232,13 +232,15 @@ def test_qwen3_next_continues_a_cache_the_unpatched_model_filled():
     """A cache filled by HF's forward (its ``[.., K, V]`` layout) is continued correctly (one copy a step)."""
     model, reference = _pair("qwen3_next")
     prompt, step = _ids(2, 6, seed=2), _ids(2, 1, seed=3)
+    from kernelworks.patch.layers import CACHE_NAME  # the installed transformers' keyword for the cache
+
     with torch.no_grad():
         cache, ref_cache = _linear_cache(model), _linear_cache(reference)
-        reference(prompt, past_key_values=cache, use_cache=True)
-        reference(prompt, past_key_values=ref_cache, use_cache=True)
+        reference(prompt, **{CACHE_NAME: cache}, use_cache=True)
+        reference(prompt, **{CACHE_NAME: ref_cache}, use_cache=True)
         kernelworks.patch(model)
-        out = model(step, past_key_values=cache, use_cache=True).logits
-        ref = reference(step, past_key_values=ref_cache, use_cache=True).logits
+        out = model(step, **{CACHE_NAME: cache}, use_cache=True).logits
+        ref = reference(step, **{CACHE_NAME: ref_cache}, use_cache=True).logits
     torch.testing.assert_close(out, ref, **TOL)
     state, ref_state = cache.layers[0].recurrent_states[0], ref_cache.layers[0].recurrent_states[0]
     torch.testing.assert_close(state, ref_state, **TOL)
