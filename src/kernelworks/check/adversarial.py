@@ -27,30 +27,16 @@ from typing import Any
 
 import torch
 
-from kernelworks.check.compare import bitwise_equal, compare
+from kernelworks.check.compare import bitwise_equal, first_failure
+from kernelworks.check.engine import as_outputs, upcast
 from kernelworks.spec import Case, OpSpec, Tolerance
 
-Outputs = tuple[torch.Tensor, ...]
 
-
-def _outputs(out: Any) -> Outputs:
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-def _upcast(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in inputs.items()}
-
-
-def _mismatch(out: Outputs, inputs: Mapping[str, Any], spec: OpSpec, tol: Tolerance) -> str | None:
-    """The first output that fails the tolerance rule against the reference on ``inputs``, else None."""
-    ref = _outputs(spec.reference(**_upcast(inputs)))
-    base = _outputs(spec.reference(**inputs))
-    for i, (o, r, b) in enumerate(zip(out, ref, base)):
-        cmp = compare("out" if len(ref) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
-        if not cmp.passed:
-            return cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > allowed {cmp.allowed:.3g}"
-    return None
+def _mismatch(out: tuple[torch.Tensor, ...], inputs: Mapping[str, Any], spec: OpSpec,
+              tol: Tolerance) -> str | None:
+    """Why ``out`` fails against the reference on ``inputs``, else None."""
+    ref = as_outputs(spec.reference(**upcast(inputs)))
+    return first_failure(out, ref, as_outputs(spec.reference(**inputs)), tol)
 
 
 def _probed(v: Any) -> bool:
@@ -79,23 +65,23 @@ def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], make_inputs: Callabl
     fn(**inputs)  # a first call, as a cheater's cache would see it
 
     _refill(inputs, make_inputs(seed + 101))
-    bad = _mismatch(_outputs(fn(**inputs)), inputs, spec, tol)
+    bad = _mismatch(as_outputs(fn(**inputs)), inputs, spec, tol)
     if bad is not None:
         problems.append(f"adversarial (fresh values in the same tensors): {bad} — a result cached by address "
                         "or by shape?")
 
     fresh = make_inputs(seed + 202)
-    bad = _mismatch(_outputs(fn(**fresh)), fresh, spec, tol)
+    bad = _mismatch(as_outputs(fn(**fresh)), fresh, spec, tol)
     if bad is not None:
         problems.append(f"adversarial (fresh tensors): {bad} — a result cached by shape, or a stale output?")
 
     generator = torch.Generator().manual_seed(seed + 303)
-    base_out = _outputs(fn(**inputs))
+    base_out = as_outputs(fn(**inputs))
     for name, value in inputs.items():
         if not _probed(value):
             continue
         moved = {**inputs, name: _perturbed(value, generator)}
-        out = _outputs(fn(**moved))
+        out = as_outputs(fn(**moved))
         bad = _mismatch(out, moved, spec, tol)
         if bad is not None:
             unchanged = all(bitwise_equal(o, b) for o, b in zip(out, base_out))

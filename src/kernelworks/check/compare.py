@@ -11,6 +11,7 @@ before each run). The report gives the first offending positions with both value
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +118,20 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
         return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, False,
                           f"{n_bad} element(s) beyond tolerance: {_positions(bad, n_bad, out, ref)}")
     return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, True)
+
+
+def first_failure(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], bases: Sequence[torch.Tensor],
+                  tol: Tolerance) -> str | None:
+    """Why the first output that fails :func:`compare` against its reference fails (a count mismatch
+    included), or None when every output passes: the one-line verdict of the tuner and the adversarial
+    probes."""
+    if len(outs) != len(refs):
+        return f"returned {len(outs)} output(s), the reference {len(refs)}"
+    for i, (o, r, b) in enumerate(zip(outs, refs, bases)):
+        cmp = compare("out" if len(refs) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
+        if not cmp.passed:
+            return cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > allowed {cmp.allowed:.3g}"
+    return None
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

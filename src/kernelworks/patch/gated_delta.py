@@ -24,18 +24,15 @@ import torch
 from torch.nn import functional
 
 import kernelworks
+from kernelworks.ops.gated_delta.reference import l2_normalize
 from kernelworks.patch import attention
 from kernelworks.patch.layers import CACHE_NAME
 
-_L2_EPS = 1e-6
-"""HF's (and fla's) ``l2norm`` epsilon: ``x / √(Σx² + 1e-6)``."""
-
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    """HF's ``l2norm`` over the head dim, in fp32, back in x's dtype (the prefill kernel takes q, k, v in one
-    dtype)."""
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.square().sum(-1, keepdim=True) + _L2_EPS)).to(x.dtype)
+    """HF's ``l2norm`` over the head dim (the op's own ``x / √(Σx² + 1e-6)``), in fp32, back in x's dtype (the
+    prefill kernel takes q, k, v in one dtype)."""
+    return l2_normalize(x.float()).to(x.dtype)
 
 
 def _in_sequence_offsets(starts: torch.Tensor) -> torch.Tensor:

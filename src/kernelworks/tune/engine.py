@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from kernelworks.check.compare import compare
+from kernelworks.check.compare import first_failure
 from kernelworks.check.engine import as_outputs, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.spec import Case, OpSpec
@@ -108,14 +108,8 @@ def _verdict(spec: OpSpec, case: Case, fn: Callable[..., Any], inputs: Mapping[s
         out = as_outputs(fn(**_fresh(inputs)))
     except Exception as e:  # a failed compile or launch is a verdict, not the end of the search
         return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-    if len(out) != len(ref):
-        return "wrong", f"returned {len(out)} output(s), the reference {len(ref)}"
-    tol = spec.case_tolerance(case)
-    for i, (o, r, b) in enumerate(zip(out, ref, base)):
-        cmp = compare("out" if len(ref) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
-        if not cmp.passed:
-            return "wrong", cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > {cmp.allowed:.3g}"
-    return "ok", ""
+    bad = first_failure(out, ref, base, spec.case_tolerance(case))
+    return ("ok", "") if bad is None else ("wrong", bad)
 
 
 def _order(n: int, strategy: str, seed: int) -> list[int]:
