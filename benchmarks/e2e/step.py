@@ -79,9 +79,15 @@ def train(model: torch.nn.Module, spec: dict, vocab: int, args: argparse.Namespa
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss))
-    return {"step_ms": statistics.median(times) * 1e3, "step_ms_all": [t * 1e3 for t in times],
-            "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "losses": losses,
-            "tokens_per_step": spec["batch"] * spec["seq"], "optimizer": f"AdamW {args.optimizer}"}
+    result = {"step_ms": statistics.median(times) * 1e3, "step_ms_all": [t * 1e3 for t in times],
+              "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "losses": losses,
+              "tokens_per_step": spec["batch"] * spec["seq"], "optimizer": f"AdamW {args.optimizer}"}
+    if args.memory:
+        from memory import peak_table
+
+        args.memory.write_text(f"{args.model} {args.variant} train (AdamW {args.optimizer})\n\n"
+                               + peak_table(step, model, opt))
+    return result
 
 
 @torch.no_grad()
@@ -111,7 +117,7 @@ def _profile(model: torch.nn.Module, spec: dict, args: argparse.Namespace) -> No
     from torch.profiler import ProfilerActivity, profile
 
     vocab = spec["config"]["vocab_size"]
-    quick = argparse.Namespace(**{**vars(args), "warmup": 0, "steps": 2, "repeats": 1})
+    quick = argparse.Namespace(**{**vars(args), "warmup": 0, "steps": 2, "repeats": 1, "memory": None})
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         train(model, spec, vocab, quick) if args.task == "train" else decode(model, spec, vocab, quick)
     averages = prof.key_averages()
@@ -137,6 +143,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", type=Path, help="also write a torch.profiler table of the task to this file")
+    ap.add_argument("--memory", type=Path, help="train: also write what is live at one more step's memory peak, "
+                    "by owner, to this Markdown file (memory.py)")
     args = ap.parse_args()
 
     spec = MODELS[args.model]

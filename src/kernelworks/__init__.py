@@ -28,7 +28,7 @@ from kernelworks.runtime.compat import prepare_runtime  # noqa: E402
 prepare_runtime()  # one warning for an untested stack; the interpreter patched where releases differ
 
 from kernelworks import nn  # noqa: E402
-from kernelworks.ops.activation import geglu, gelu, silu, swiglu  # noqa: E402
+from kernelworks.ops.activation import gated_mlp, geglu, gelu, silu, swiglu  # noqa: E402
 from kernelworks.ops.attention import decode_attention, flash_attention  # noqa: E402
 from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy  # noqa: E402
 from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill, gated_delta_reference  # noqa: E402
@@ -62,6 +62,7 @@ __all__ = [
     "gated_delta_decode",
     "gated_delta_prefill",
     "gated_delta_reference",
+    "gated_mlp",
     "geglu",
     "gelu",
     "grouped_matmul",

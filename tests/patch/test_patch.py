@@ -352,6 +352,46 @@ def test_each_option_off_leaves_that_piece_on_torch(off, rotary):
         assert model(_ids(1, 4), labels=_ids(1, 4)).logits is not None
 
 
+def test_mlp_runs_as_one_gated_mlp_unless_the_projections_are_wrapped(monkeypatch):
+    """Plain projections: one kernelworks.gated_mlp per layer (the activation recomputed in the backward);
+    a hooked projection (as LoRA or a quantised wrapper would be): the model's own modules around
+    kernelworks.swiglu, hook honoured. Both match the unpatched model, gradients included."""
+    calls = []
+    real = kernelworks.gated_mlp
+    monkeypatch.setattr(kernelworks, "gated_mlp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model, reference = _pair()
+    kernelworks.patch(model)
+    model.train(), reference.train()
+    ids = _ids(1, 6)
+    model(ids, labels=ids).loss.backward()
+    reference(ids, labels=ids).loss.backward()
+    assert len(calls) == len(model.model.layers)
+    for name, grad in _grads(reference).items():
+        torch.testing.assert_close(_grads(model)[name], grad, **TOL)
+    calls.clear()
+    hooked = []
+    model.model.layers[0].mlp.up_proj.register_forward_hook(lambda *_: hooked.append(1))
+    model(ids, labels=ids)
+    assert len(calls) == len(model.model.layers) - 1 and hooked == [1]
+
+
+@pytest.mark.parametrize("accum", [None, torch.float32])
+def test_loss_accum_dtype_reaches_the_fused_loss(monkeypatch, accum):
+    seen = []
+    real = kernelworks.fused_linear_cross_entropy
+    monkeypatch.setattr(kernelworks, "fused_linear_cross_entropy",
+                        lambda *a, **k: seen.append(k["accum_dtype"]) or real(*a, **k))
+    model, reference = _pair()
+    model.bfloat16(), reference.bfloat16()
+    kernelworks.patch(model, loss_accum_dtype=accum)
+    model.train()
+    ids = _ids(1, 6)
+    model(ids, labels=ids).loss.backward()
+    assert seen == [accum or torch.bfloat16]
+    with pytest.raises(TypeError, match="loss_accum_dtype"):
+        kernelworks.patch(model, loss_accum_dtype=torch.int32)
+
+
 def test_rope_stays_on_torch_while_the_op_is_missing(monkeypatch):
     monkeypatch.delattr(kernelworks, "rotary_embedding", raising=False)
     model, reference = _pair()

@@ -40,13 +40,26 @@ def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def _plain_linear(m: torch.nn.Module) -> bool:
+    """A bias-free ``nn.Linear`` itself (no LoRA or quantised wrapper, no subclass, no forward hooks):
+    ``F.linear(x, m.weight)`` is all its forward does."""
+    return type(m) is torch.nn.Linear and m.bias is None and not m._forward_hooks and not m._forward_pre_hooks
+
+
 def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
-    """``down(act(gate(x)) · up(x))``: the projections stay the model's own modules (its weights, LoRA or
-    quantised wrappers alike); the gated activation is one kernel."""
+    """``down(act(gate(x)) · up(x))``. Plain bias-free projections in ``x``'s dtype (no autocast) run as one
+    :func:`kernelworks.gated_mlp`, which keeps gate and up for the backward but recomputes the activation;
+    other projections (LoRA, quantised or hooked modules) stay the model's own, with the gated activation
+    as one kernel between them."""
     glu, approximate = self._kw_glu
-    gate, up = self.gate_proj(x), self.up_proj(x)
+    gate_proj, up_proj, down_proj = self.gate_proj, self.up_proj, self.down_proj
+    if (_plain_linear(gate_proj) and _plain_linear(up_proj) and _plain_linear(down_proj)
+            and gate_proj.weight.dtype == x.dtype and not torch.is_autocast_enabled()):
+        return kernelworks.gated_mlp(x, gate_proj.weight, up_proj.weight, down_proj.weight, activation=glu,
+                                     approximate=approximate or "tanh")
+    gate, up = gate_proj(x), up_proj(x)
     h = kernelworks.swiglu(gate, up) if glu == "swiglu" else kernelworks.geglu(gate, up, approximate=approximate)
-    return self.down_proj(h)
+    return down_proj(h)
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -214,10 +227,12 @@ def _mean(loss_sum: torch.Tensor, num_items_in_batch) -> torch.Tensor:
 
 
 def causal_lm_loss(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, softcap: float | None,
-                   *, ignore_index: int = -100, num_items_in_batch=None, shift_labels=None) -> torch.Tensor:
+                   *, ignore_index: int = -100, num_items_in_batch=None, shift_labels=None,
+                   accum_dtype: torch.dtype | None = None) -> torch.Tensor:
     """HF's ``ForCausalLMLoss`` on ``lm_head(hidden)`` without the logits: :func:`kernelworks.
     fused_linear_cross_entropy` on hidden ``[batch, seq, H]`` and ``lm_head.weight [V, H]``; mean over the
-    non-ignored tokens, or their sum over ``num_items_in_batch`` (gradient accumulation). float32 result."""
+    non-ignored tokens, or their sum over ``num_items_in_batch`` (gradient accumulation). float32 result.
+    ``accum_dtype``: the head's weight-gradient accumulator (None: the weight's dtype)."""
     target = _shifted(labels, shift_labels, ignore_index).to(hidden.device)
     weight, bias = lm_head.weight, lm_head.bias
     if weight.dtype != hidden.dtype:  # autocast: fp32 master weight, 16-bit activations (as the Linear would run)
@@ -225,7 +240,8 @@ def causal_lm_loss(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch
         bias = None if bias is None else bias.to(hidden.dtype)
     reduction = "mean" if num_items_in_batch is None else "sum"
     loss = kernelworks.fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias=bias,
-                                                  ignore_index=ignore_index, reduction=reduction, softcap=softcap)
+                                                  ignore_index=ignore_index, reduction=reduction, softcap=softcap,
+                                                  accum_dtype=accum_dtype or weight.dtype)
     return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
 
 
@@ -272,7 +288,7 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
                    if kwargs.get(name) is not None}
     logits = loss = None
     if labels is not None and self.training:
-        loss = causal_lm_loss(hidden, self.lm_head, labels, softcap, **loss_kwargs)
+        loss = causal_lm_loss(hidden, self.lm_head, labels, softcap, accum_dtype=self._kw_loss_accum, **loss_kwargs)
     else:
         logits = self.lm_head(hidden)
         if softcap is not None:

@@ -30,3 +30,10 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
 def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str = "tanh") -> torch.Tensor:
     gate, up = _split(gate, up)
     return functional.gelu(gate, approximate=approximate) * up
+
+
+def gated_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, down_weight: torch.Tensor, *,
+              activation: str = "swiglu", approximate: str = "tanh") -> torch.Tensor:
+    gate, up = functional.linear(x, gate_weight), functional.linear(x, up_weight)
+    h = swiglu(gate, up) if activation == "swiglu" else geglu(gate, up, approximate=approximate)
+    return functional.linear(h, down_weight)

@@ -1,4 +1,4 @@
-"""The activation family's specs: gelu, silu, swiglu, geglu (registered at import).
+"""The activation family's specs: gelu, silu, swiglu, geglu and the gated MLP (registered at import).
 
 Case params: ``shape`` (of ``x``, or of ``gate``/``up`` and the output for the gated ops), ``packed``
 (gated ops: one ``[..., 2H]`` input instead of two ``[..., H]``), ``approximate`` (gelu, geglu), ``scale``
@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from kernelworks.ops.activation import api, reference
+from kernelworks.ops.activation import api, mlp, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -208,4 +208,65 @@ GEGLU_SPEC = register(OpSpec(
     grad_inputs=("gate", "up"),
 ))
 
-SPECS = (GELU_SPEC, SILU_SPEC, SWIGLU_SPEC, GEGLU_SPEC)
+# ------------------------------------------------------------------------------------------- gated MLP
+
+# (name, tokens, hidden, intermediate, dtype, params, tags). Tiny for the interpreter; "gpu": model shapes.
+_MLP_CASES = [
+    ("tiny", 5, 16, 24, _F32, {}, ("quick",)),
+    ("3d", (2, 3), 16, 40, _F32, {}, ()),                       # [batch, seq, H] input
+    ("odd", 7, 24, 40, _F16, {}, ()),
+    ("geglu", 6, 16, 32, _F32, {"activation": "geglu"}, ()),
+    ("geglu_erf", 6, 16, 32, _F32, {"activation": "geglu", "approximate": "none"}, ()),
+    ("bf16", 9, 32, 48, _BF16, {}, ()),
+    ("llama3_8b", 8192, 4096, 14336, _BF16, {}, ("gpu", "quick")),
+    ("qwen3_8b", 8192, 4096, 12288, _BF16, {}, ("gpu",)),
+    ("gemma2_9b", 4096, 3584, 14336, _BF16, {"activation": "geglu"}, ("gpu",)),
+]
+
+
+def _mlp_cases(gpu_only: bool = False) -> list[Case]:
+    return [case(name, dtype, tags=tags, tokens=tokens, hidden=hidden, inner=inner, **params)
+            for name, tokens, hidden, inner, dtype, params, tags in _MLP_CASES if "gpu" in tags or not gpu_only]
+
+
+def _mlp_inputs(case: Case, device: torch.device) -> dict:
+    """``x [*tokens, H]`` ~ N(0, 1); weights ~ N(0, 1/fan_in), so gate, up and y stay O(1) as in a trained
+    layer."""
+    tokens = case["tokens"] if isinstance(case["tokens"], tuple) else (case["tokens"],)
+    hidden, inner = case["hidden"], case["inner"]
+    inputs = {"x": randn((*tokens, hidden), case, device),
+              "gate_weight": randn((inner, hidden), case, device, scale=hidden ** -0.5),
+              "up_weight": randn((inner, hidden), case, device, scale=hidden ** -0.5),
+              "down_weight": randn((hidden, inner), case, device, scale=inner ** -0.5)}
+    for option in ("activation", "approximate"):
+        if option in case.params:
+            inputs[option] = case[option]
+    return inputs
+
+
+def _mlp_cost(case: Case, mode: str) -> Cost:
+    """Three GEMMs forward (2·N·H·I FLOPs each) and six backward (one more elementwise pass: the
+    recomputed activation); bytes: the weights, x, gate, up and y once each way (GEMM-bound either way)."""
+    tokens = case["tokens"] if isinstance(case["tokens"], tuple) else (case["tokens"],)
+    n, hidden, inner = math.prod(tokens), case["hidden"], case["inner"]
+    gemms = 3 if mode == "fwd" else 6
+    weights = 3 * hidden * inner
+    acts = (2 * n * hidden + 3 * n * inner) if mode == "fwd" else (3 * n * hidden + 6 * n * inner)
+    return Cost(flops=gemms * 2 * n * hidden * inner, bytes=(weights * (1 if mode == "fwd" else 2) + acts)
+                * case.itemsize)
+
+
+GATED_MLP_SPEC = register(OpSpec(
+    name="gated_mlp",
+    description="gated MLP down(f(x·Wgᵀ)·(x·Wuᵀ)) (SwiGLU or GeGLU) saving x, gate, up; the activation is "
+                "recomputed in the backward",
+    reference=reference.gated_mlp,
+    inputs=_mlp_inputs,
+    check_cases=_mlp_cases(),
+    bench_cases=_mlp_cases(gpu_only=True),
+    cost=_mlp_cost,
+    providers=_ours(mlp.gated_mlp),
+    grad_inputs=("x", "gate_weight", "up_weight", "down_weight"),
+))
+
+SPECS = (GELU_SPEC, SILU_SPEC, SWIGLU_SPEC, GEGLU_SPEC, GATED_MLP_SPEC)

@@ -1,0 +1,144 @@
+"""``gated_mlp``: the unfused composition's values and gradients, the activation not saved for the backward,
+frozen weights' GEMMs skipped, bad inputs, torch.compile (one graph) and opcheck. CPU: Triton's interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.backends.debugging import aot_eager
+
+import kernelworks as kw
+from kernelworks.ops.activation import mlp, reference
+from kernelworks.runtime.device import default_device
+
+DEVICE = default_device()
+TOKENS, HIDDEN, INNER = 6, 16, 40
+
+
+def _inputs(dtype=torch.float32, tokens=(TOKENS,), grad=(True, True, True, True)):
+    g = torch.Generator().manual_seed(0)
+
+    def make(*shape, scale=1.0, requires_grad=True):
+        t = (scale * torch.randn(shape, generator=g)).to(dtype).to(DEVICE)
+        return t.requires_grad_(requires_grad)
+
+    return (make(*tokens, HIDDEN, requires_grad=grad[0]), make(INNER, HIDDEN, scale=HIDDEN ** -0.5,
+            requires_grad=grad[1]), make(INNER, HIDDEN, scale=HIDDEN ** -0.5, requires_grad=grad[2]),
+            make(HIDDEN, INNER, scale=INNER ** -0.5, requires_grad=grad[3]))
+
+
+def _grads(fn, tensors, grad_y, **options):
+    out = fn(*tensors, **options)
+    out.backward(grad_y)
+    grads = [None if t.grad is None else t.grad.clone() for t in tensors]
+    for t in tensors:
+        t.grad = None
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize(("activation", "approximate"), [("swiglu", "tanh"), ("geglu", "tanh"), ("geglu", "none")])
+@pytest.mark.parametrize("tokens", [(TOKENS,), (2, 3)], ids=["2d", "3d"])
+def test_matches_composition(activation, approximate, tokens):
+    tensors = _inputs(tokens=tokens)
+    grad_y = torch.randn(*tokens, HIDDEN, device=DEVICE)
+    out, grads = _grads(kw.gated_mlp, tensors, grad_y, activation=activation, approximate=approximate)
+    ref, ref_grads = _grads(reference.gated_mlp, tensors, grad_y, activation=activation, approximate=approximate)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for name, got, want in zip(("x", "gate", "up", "down"), grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def _saved_bytes(fn, tensors) -> int:
+    """Bytes autograd keeps for the backward of ``fn(*tensors)``, the inputs themselves excluded."""
+    inputs = {t.data_ptr() for t in tensors}
+    saved = {}
+
+    def pack(t):
+        if t.data_ptr() not in inputs:
+            saved[t.data_ptr()] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*tensors)
+    return sum(saved.values())
+
+
+def _with_swiglu_kernel(x, wg, wu, wd):
+    """The patch's previous MLP: the model's projections around the fused activation."""
+    linear = torch.nn.functional.linear
+    return linear(kw.swiglu(linear(x, wg), linear(x, wu)), wd)
+
+
+def test_activation_is_not_saved():
+    """Per [tokens, intermediate] tensor kept for the backward: ours 2 (gate, up); projections around the
+    activation kernel 3 (gate, up, h); the plain torch composition 4 (gate, up, silu(gate), h)."""
+    tensors = _inputs()
+    per_tensor = TOKENS * INNER * 4
+    assert _saved_bytes(kw.gated_mlp, tensors) == 2 * per_tensor
+    assert _saved_bytes(_with_swiglu_kernel, tensors) == 3 * per_tensor
+    assert _saved_bytes(reference.gated_mlp, tensors) == 4 * per_tensor
+
+
+def test_frozen_weights_get_no_gradient_and_no_gemm(monkeypatch):
+    x, wg, wu, wd = _inputs(grad=(True, False, False, False))
+    calls = []
+    real_mm = torch.mm
+    monkeypatch.setattr(mlp.torch, "mm", lambda a, b, **kw_: calls.append((a.shape, b.shape)) or real_mm(a, b, **kw_))
+    kw.gated_mlp(x, wg, wu, wd).sum().backward()
+    assert wg.grad is None and wu.grad is None and wd.grad is None
+    assert x.grad is not None
+    # 3 forward GEMMs; backward: grad_h and grad_x (one mm + one addmm_): no weight-gradient GEMM
+    assert len(calls) == 5, calls
+    ref = _inputs(grad=(True, False, False, False))
+    reference.gated_mlp(*ref).sum().backward()
+    torch.testing.assert_close(x.grad, ref[0].grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "exc", "words"),
+    [
+        (lambda t: (t[0], t[1][:, :-1], t[2], t[3]), ValueError, ["gate_weight", "expected shape"]),
+        (lambda t: (t[0], t[1], t[2], t[3].t()), ValueError, ["down_weight", "expected shape"]),
+        (lambda t: (t[0], t[1], t[2].double(), t[3]), TypeError, ["up_weight"]),
+        (lambda t: (t[0].long(), t[1], t[2], t[3]), TypeError, ["x"]),
+    ],
+    ids=["gate-shape", "down-transposed", "dtype-mismatch", "int-x"],
+)
+def test_bad_input(change, exc, words):
+    tensors = [t.detach() for t in _inputs()]
+    with pytest.raises(exc) as info:
+        kw.gated_mlp(*change(tensors))
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_bad_activation():
+    with pytest.raises(ValueError, match="swiglu"):
+        kw.gated_mlp(*[t.detach() for t in _inputs()], activation="relu")
+
+
+def test_torch_compile_one_graph_matches_eager():
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return aot_eager(gm, example_inputs)
+
+    tensors = _inputs()
+    grad_y = torch.randn(TOKENS, HIDDEN, device=DEVICE)
+    compiled = torch.compile(kw.gated_mlp, backend=backend, fullgraph=True)
+    out, grads = _grads(compiled, tensors, grad_y)
+    assert len(graphs) == 1 and "kernelworks.gated_mlp" in graphs[0]
+    out_e, grads_e = _grads(kw.gated_mlp, tensors, grad_y)
+    torch.testing.assert_close(out, out_e, rtol=0, atol=0)
+    for got, want in zip(grads, grads_e):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_opcheck():
+    x, wg, wu, wd = [t.detach() for t in _inputs()]
+    torch.library.opcheck(mlp._GATED_MLP.custom_op, (x, wg, wu, wd, "silu"))
+    y, gate, up = mlp._forward(x, wg, wu, wd, "silu")
+    torch.library.opcheck(mlp._GATED_MLP.backward_op,
+                          (torch.randn_like(y), x, gate, up, wg, wu, wd, "silu", True, False, True, True))
