@@ -79,14 +79,16 @@ class Grid:
                 self.lines.setdefault((j, p[:j] + p[j + 1:]), []).append((p[j], i))
 
     def neighbours(self, i: int, step: int) -> list[int]:
-        """Configs differing from config ``i`` in one knob, at most ``step`` places away, nearest per side."""
+        """Configs differing from config ``i`` in one knob, per knob and side the one farthest away within
+        ``step`` places (exactly ``step`` on a full grid; where the declared list has gaps, the nearest
+        declared value short of it)."""
         p = self.points[i - 1]
         out = []
         for j in range(len(self.knobs)):
             line = self.lines[(j, p[:j] + p[j + 1:])]
             below = [(p[j] - q, k) for q, k in line if 0 < p[j] - q <= step]
             above = [(q - p[j], k) for q, k in line if 0 < q - p[j] <= step]
-            out += [min(side)[1] for side in (below, above) if side]
+            out += [max(side)[1] for side in (below, above) if side]
         return out
 
     def closest(self, values: Mapping[str, Any]) -> int:
