@@ -37,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="compile processes at once (default: half the cores, at most 8)")
     p.add_argument("--no-compile-check", action="store_true", help="skip the compile gate: run every candidate")
     p.add_argument("--no-cache", action="store_true", help="search even when a cached winner is valid")
+    p.add_argument("--write", action="store_true",
+                   help="also write the winners into the op's shipped table for this GPU "
+                        "(src/kernelworks/ops/<family>/tuned/<gpu>.json), keyed by shape bucket, triton version "
+                        "and kernel source hash; the op reads it at plan time")
     p.add_argument("--out", type=Path, default=None, help="folder for tune.json, tune.md and tune.png")
     p.add_argument("--json", action="store_true")
 
@@ -61,9 +65,21 @@ def run(args: argparse.Namespace) -> int:
                    max_trials=args.max_trials, spill_limit=args.spill_limit, compile_timeout_s=args.compile_timeout,
                    compile_workers=args.compile_workers, target=None if args.no_compile_check else "auto")
     doc = [r.to_dict() for r in results]
+    env = environment(None)
+    if spec.tuned is not None:  # what a table entry written from this run must carry
+        env["tuned_source"] = spec.tuned.source_hash()
+    if args.write:
+        if spec.tuned is None:
+            print(f"kw tune: spec {spec.name!r} has no shipped table (`tuned`); winners are only cached")
+            return 2
+        from kernelworks.tune.tables import write
+
+        path = write(spec, results, gpu=torch.cuda.get_device_name(), commit=env.get("commit"),
+                     capability=torch.cuda.get_device_capability())
+        print(f"kw tune: winners written to {path}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "tune.json").write_text(json.dumps({"environment": environment(None), "results": doc},
+        (args.out / "tune.json").write_text(json.dumps({"environment": env, "results": doc},
                                                        indent=1) + "\n")
         (args.out / "tune.md").write_text(table(results) + "\n")
         with contextlib.suppress(ImportError):  # the plot needs matplotlib (the `plot` extra)
