@@ -172,6 +172,8 @@ class OpSpec:
             ``kw tune`` searches them when ``configured`` is set).
         configured: ``configured(config)`` → a context manager under which the subject provider runs that
             config (``kw tune``); None: not tunable.
+        tuned: the :class:`~kernelworks.runtime.tuned.TunedTable` the op reads its shipped per-GPU configs
+            from at plan time; ``kw tune --write`` writes winners there. None: winners are only cached.
         bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
             peak memory) by default — for ops whose work moves between directions across providers
             (a loss that writes its gradient in the forward), where only the sum compares fairly.
@@ -194,6 +196,7 @@ class OpSpec:
     baselines: tuple[str, ...] = ("torch", "torch.compile")
     configs: Sequence[Mapping[str, Any]] = ()
     configured: Callable[[Mapping[str, Any]], AbstractContextManager[Any]] | None = None
+    tuned: Any = None
     bench_step: bool = False
     step_cost: Callable[[Case], Cost] | None = None
     description: str = ""

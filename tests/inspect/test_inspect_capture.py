@@ -136,3 +136,19 @@ def test_parse_assignments() -> None:
         "num_warps": 8, "BLOCK_N": 4096, "ACT": "silu"}
     with pytest.raises(ValueError, match="NAME=VALUE"):
         cli.parse_assignments("num_warps", "--config")
+
+
+def test_a_config_is_captured_under_the_specs_configured_hook() -> None:
+    """matmul's decode shapes plan the pointer kernel; a TMA config (``EPI_SPLIT``) forces the Hopper kernel:
+    the captured launch must be that kernel with the config's tiles, not the default launch with the
+    config's numbers pasted in (which fails: the pointer kernel has no ``EPI_SPLIT``)."""
+    spec = load_spec("matmul")
+    case = spec.find_cases(["llama3_8b-qkv-M64"], bench=True)[0]
+    (default,) = capture_op(spec, case)
+    assert default.name == "_matmul_kernel"
+    config = spec.configs[0]
+    (forced,) = capture_op(spec, case, config=config)
+    assert forced.name == "_matmul_tma_kernel"
+    assert {k: forced.args[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT")} == \
+        {k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT")}
+    assert forced.options["num_stages"] == config["num_stages"]

@@ -22,7 +22,7 @@ from kernelworks.ops.gemm.forward import Plan, forced_plan, matmul_plan
 from kernelworks.ops.gemm.fp8 import fp8_matmul
 from kernelworks.ops.gemm.grouped import grouped_matmul
 from kernelworks.ops.gemm.spec import expert_sizes
-from kernelworks.runtime import replay
+from kernelworks.runtime import replay, tuned
 from kernelworks.runtime.alloc import poison_outputs
 from kernelworks.runtime.device import default_device, planning_for_gpu
 from kernelworks.spec import case, default_tolerance
@@ -322,7 +322,8 @@ def test_decode_takes_split_k_pointer_path_for_sm90(name):
     """Decode splits K in ONE launch: partial stores, a CTA barrier, then the acq_rel arrival atomic (the
     order the reduction's correctness rests on); no spills (the rolled reduction loop: 64×128 tiles at 4
     warps spilled 656 B when the partial loads were unrolled)."""
-    (r,) = inspect_op(MATMUL_SPEC, name, "sm_90")
+    with tuned.ignored():  # the heuristic's plan (a GPU's shipped table may pick another)
+        (r,) = inspect_op(MATMUL_SPEC, name, "sm_90")
     assert r.name == "_matmul_kernel" and r.grid[1] > 1  # K is split
     assert r.spill_bytes == 0
     ptx = r.ptx

@@ -6,7 +6,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 
 from kernelworks.bench.engine import BenchRecord
 from kernelworks.hardware import Ceilings
+from kernelworks.runtime.tuned import gpu_slug
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -57,14 +57,6 @@ def environment(ceil: Ceilings | None) -> dict[str, Any]:
     except Exception:
         env["liger_kernel"] = None
     return env
-
-
-def gpu_slug(name: str | None) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``: the results folder name."""
-    if not name:
-        return "cpu"
-    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def save(records: Sequence[BenchRecord], op: str, env: dict[str, Any], root: Path, *, merge: bool = False) -> Path:

@@ -117,13 +117,18 @@ def find_cases(spec: OpSpec, case: str | Case | None) -> list[Case]:
     return found
 
 
+def compile_key(launch: Launch, target: Target) -> str:
+    """Equal for two launches exactly when they compile to the same binary for ``target``."""
+    spec = specialize(launch.kernel, launch.args, target)
+    return repr((id(as_jit(launch.kernel)), spec.signature, sorted(spec.constexprs.items()),
+                 sorted(spec.attrs.items()), sorted(launch.options.items())))
+
+
 def _dedupe(launches: Sequence[Launch], target: Target) -> list[tuple[Launch, int]]:
     """Launches that compile to the same kernel, counted once."""
     seen: dict[str, list] = {}
     for launch in launches:
-        spec = specialize(launch.kernel, launch.args, target)
-        key = repr((id(as_jit(launch.kernel)), spec.signature, sorted(spec.constexprs.items()),
-                    sorted(spec.attrs.items()), sorted(launch.options.items())))
+        key = compile_key(launch, target)
         if key in seen:
             seen[key][1] += 1
         else:
@@ -142,8 +147,10 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
             :func:`default_case`.
         target: ``sm_80``, ``sm_90`` (default) or ``sm_100``.
         modes: ``("fwd",)``, ``("bwd",)`` (the backward pass alone) or both.
-        config: values overriding same-named constexprs and launch options of the captured launches (a
-            spec's ``configs`` entry, or ``{"num_warps": 8}``); a key no launch has raises ``ValueError``.
+        config: a spec's ``configs`` entry: the subject runs under ``spec.configured(config)`` when the spec
+            has that hook (the launches the config really makes); otherwise its values override same-named
+            constexprs and launch options of the captured launches (``{"num_warps": 8}``), and a key no
+            launch has raises ``ValueError``.
 
     Example:
         >>> for r in inspect_op("softmax", "8192x8192", "sm_90"):
@@ -154,9 +161,10 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
     reports = []
     for c in find_cases(spec, case):
         for mode in modes:
+            hooked = bool(config) and spec.configured is not None  # the config's own launches, path included
             launches = capture_op(spec, c, mode=mode, real_max_bytes=real_max_bytes,
-                                  capability=divmod(t.arch, 10))
-            if config:
+                                  capability=divmod(t.arch, 10), config=config if hooked else None)
+            if config and not hooked:
                 changed = [apply_config(launch, config) for launch in launches]
                 unused = set(config) - set().union(*(used for _, used in changed))
                 if unused:

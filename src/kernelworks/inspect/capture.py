@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,17 +196,24 @@ def make_inputs(spec: OpSpec, case: Case, device: torch.device, *,
 
 
 def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd", real_max_bytes: int = REAL_INPUTS_MAX_BYTES,
-               capability: tuple[int, int] = (9, 0)) -> list[Launch]:
+               capability: tuple[int, int] = (9, 0), config: Mapping[str, Any] | None = None) -> list[Launch]:
     """The launches one call of the spec's subject makes for ``case`` (``mode="bwd"``: those of its
-    backward pass alone), planned for a GPU of compute ``capability``, none of them run."""
+    backward pass alone), planned for a GPU of compute ``capability``, none of them run.
+
+    ``config``: run the subject under ``spec.configured(config)`` (a tunable spec's hook), so the launches
+    are exactly those the config makes — its kernel path included, not just its constexprs (``kw tune``'s
+    compile gate, ``kw inspect --all-configs``)."""
     if mode not in ("fwd", "bwd"):
         raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
     if mode == "bwd" and not spec.grad_inputs:
         raise ValueError(f"spec {spec.name!r} has no backward (no grad_inputs)")
+    if config and spec.configured is None:
+        raise ValueError(f"spec {spec.name!r} has no `configured` hook to run a config under")
     provider = spec.providers[spec.subject]
     device = torch.device("cuda") if has_gpu() else torch.device("cpu")
     module = getattr(provider.fn, "__module__", None) or "kernelworks.ops"
-    with plan_for_gpu([module], capability):
+    configured = spec.configured(config) if config else contextlib.nullcontext()
+    with plan_for_gpu([module], capability), configured:
         inputs = make_inputs(spec, case, device, real_max_bytes=real_max_bytes)
         if mode == "fwd":
             with capture_launches() as launches, torch.no_grad():

@@ -12,6 +12,7 @@ Run as ``python -m kernelworks.inspect.worker`` (by :func:`compile_in_worker`, n
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -148,8 +149,9 @@ class _Worker:
         return result
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -182,6 +184,82 @@ def compile_in_worker(kernel: Any, spec: Specialization, target: Target,
     if isinstance(result, tuple):
         raise RuntimeError(f"compiling {job['kernel'].qualname} for {target.name}: {result[1]}")
     return result
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One compile for :func:`compile_many`: a kernel, its specialization, the target and launch options."""
+
+    kernel: Any
+    spec: Specialization
+    target: Target
+    options: Mapping[str, Any]
+
+
+class CompileTimeoutError(RuntimeError):
+    """A compile that ran past its time-out (its worker process was killed)."""
+
+
+def _job(job: CompileJob) -> dict[str, Any]:
+    return {"kernel": kernel_ref(job.kernel), "signature": job.spec.signature, "attrs": job.spec.attrs,
+            "constexprs": {k: _encode(v) for k, v in job.spec.constexprs.items()}, "target": job.target.name,
+            "options": dict(job.options)}
+
+
+def compile_many(jobs: list[CompileJob], *, workers: int = 4, timeout_s: float = 120.0
+                 ) -> list[Compiled | Exception]:
+    """Compile ``jobs`` in up to ``workers`` worker processes at once, each compile bounded by ``timeout_s``
+    seconds: one :class:`Compiled` per job, in order, or the exception it raised (``RuntimeError`` for a
+    compile error, :class:`CompileTimeoutError` when the worker was killed at the time-out).
+
+    Processes rather than a ``ProcessPoolExecutor``: a compile that hangs must be stopped, and killing one
+    process of an executor breaks the whole pool; here the killed worker is replaced and the rest go on.
+    The time-out starts when the job is sent, so a worker's start (~2 s to import torch and Triton) is not
+    counted against it."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = max(1, min(workers, len(jobs)))
+    idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
+    for _ in range(n):
+        idle.put(None)  # started on first use, by the thread that takes it
+    started: list[_Worker] = []
+
+    def one(job: CompileJob) -> Compiled | Exception:
+        worker = idle.get()
+        try:
+            try:
+                message = _job(job)
+            except (TypeError, ValueError) as e:  # a kernel defined inside a function cannot travel
+                return e
+            if worker is None or not worker.alive():
+                worker = _Worker()
+                started.append(worker)
+            timer = threading.Timer(timeout_s, worker.proc.kill)
+            timer.start()
+            try:
+                result = worker.request(message)
+            except Exception:  # killed mid-exchange: EOF, a short read or a broken pipe
+                if timer.finished.is_set():
+                    return CompileTimeoutError(f"compiling {message['kernel'].qualname} for {job.target.name}: "
+                                          f"no result after {timeout_s:g} s")
+                raise
+            finally:
+                timer.cancel()
+            if isinstance(result, tuple):
+                return RuntimeError(f"compiling {message['kernel'].qualname} for {job.target.name}: {result[1]}")
+            return result
+        except Exception as e:  # a dead worker: that job's verdict, the others go on
+            return e
+        finally:
+            idle.put(worker)
+
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            return list(pool.map(one, jobs))
+    finally:
+        for worker in started:
+            worker.close()
 
 
 if __name__ == "__main__":

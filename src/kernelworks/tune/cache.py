@@ -26,7 +26,8 @@ def _path() -> Path:
 
 
 def source_hash(spec: OpSpec) -> str:
-    """sha256 (16 hex digits) of the files defining the subject provider and the spec's reference."""
+    """sha256 (16 hex digits) of the files defining the subject provider, the spec's reference and inputs,
+    and the sources its shipped table covers (``spec.tuned``: the kernels and their launcher)."""
     digest = hashlib.sha256()
     for fn in (spec.providers[spec.subject].fn, spec.reference, spec.inputs):
         try:
@@ -35,6 +36,8 @@ def source_hash(spec: OpSpec) -> str:
             path = None
         if path:
             digest.update(Path(path).read_bytes())
+    if spec.tuned is not None:  # the kernels and launcher, where they live apart from the provider (matmul)
+        digest.update(spec.tuned.source_hash().encode())
     return digest.hexdigest()[:16]
 
 

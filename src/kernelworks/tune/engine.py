@@ -14,17 +14,24 @@ config. For each case:
    if it beats the runner-up by more than their measured spread (the p20–p80 band), else the simpler of
    the two (the one declared first) does.
 
-Strategies: ``exhaustive`` (every config, in order) and ``random`` (configs in a seeded random order until
-the time budget runs out; the default always runs). Winners are cached per GPU, triton version, the
-source of the spec's module and the case (:mod:`kernelworks.tune.cache`); a stale entry is never used.
+Before a candidate runs, the compile gate (:mod:`kernelworks.tune.gate`) compiles it for the GPU's target
+in parallel worker processes, each compile under a time-out, and turns away — recorded, never run — a
+config that fails to compile, times out, needs more shared memory than the GPU has, or spills more than
+``spill_limit`` bytes per thread. Without a GPU the gate is skipped unless a ``target`` (``"sm_90"``) is
+named: it then compiles for that GPU while the runs go through the interpreter.
 
-Not in this increment: compiling candidates in parallel processes with a time-out, a search that beats
-random sampling on large spaces, and the shipped per-GPU tables for our ops.
+Strategies (:mod:`kernelworks.tune.search`): ``exhaustive`` (every config, in order), ``random`` (a seeded
+random order until the budget runs out), ``pattern`` (a pattern search from the config closest to the op's
+own choice: one knob at a time to its adjacent values, moving to the best, restarting under the budget) and
+``auto`` (the default: ``pattern`` on spaces of more than :data:`~kernelworks.tune.search.PATTERN_ABOVE`
+configs, else ``exhaustive``). Candidates are tried in batches, compiled together. Winners are cached per
+GPU, triton version, the source of the spec's module and the case (:mod:`kernelworks.tune.cache`); a stale
+entry is never used; ``kw tune --write`` also writes them into the op's shipped per-GPU table
+(:mod:`kernelworks.tune.tables`), which the op reads at plan time.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -37,8 +44,9 @@ from kernelworks.check.compare import first_failure
 from kernelworks.check.engine import as_outputs, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.spec import Case, OpSpec
+from kernelworks.tune.gate import COMPILE_TIMEOUT_S, SPILL_LIMIT_BYTES, CompileGate, current_target, default_workers
+from kernelworks.tune.search import Grid, Ordered, Pattern, resolve
 
-STRATEGIES = ("exhaustive", "random")
 FINALISTS = 3
 """Candidates re-timed against each other, interleaved, before the winner is named."""
 ROUNDS = 3
@@ -50,7 +58,9 @@ Timer = Callable[[Callable[[], object]], tuple[float, float, float]]
 
 @dataclass
 class Candidate:
-    """One config's verdict on one case: ``ok`` (then timed), ``wrong`` or ``error``."""
+    """One config's verdict on one case: ``ok`` (then timed), ``wrong`` or ``error`` (from its run), or the
+    compile gate's ``compile error``, ``compile timeout``, ``out of shared memory`` or ``spills`` (never
+    run)."""
 
     config: dict[str, Any]
     """The knobs forced; empty for the op's own (default) choice."""
@@ -61,6 +71,10 @@ class Candidate:
     p80_ms: float | None = None
     order: int = 0
     """0 for the default, else 1 + the position in the spec's ``configs`` (lower is simpler: the tie-break)."""
+    registers: int | None = None
+    """Registers per thread of its kernels (the most), when the compile gate compiled it."""
+    spill_bytes: int | None = None
+    """Spilled bytes per thread (stack + local, the most of its kernels), when the compile gate compiled it."""
 
 
 @dataclass
@@ -73,6 +87,9 @@ class CaseTuning:
     winner: dict[str, Any] | None = None
     reason: str = ""
     seconds: float = 0.0
+    strategy: str = ""
+    target: str | None = None
+    """The compile gate's target (``sm_90``), None when it was skipped."""
 
     @property
     def best_so_far(self) -> list[float | None]:
@@ -87,7 +104,8 @@ class CaseTuning:
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "case": self.case, "winner": self.winner, "reason": self.reason,
-                "seconds": self.seconds, "candidates": [vars(c) for c in self.candidates]}
+                "seconds": self.seconds, "strategy": self.strategy, "target": self.target,
+                "candidates": [vars(c) for c in self.candidates]}
 
 
 def _gpu_timer(fn: Callable[[], object]) -> tuple[float, float, float]:
@@ -112,13 +130,21 @@ def _verdict(spec: OpSpec, case: Case, fn: Callable[..., Any], inputs: Mapping[s
     return ("ok", "") if bad is None else ("wrong", bad)
 
 
-def _order(n: int, strategy: str, seed: int) -> list[int]:
-    """Candidate indices to try: 0 is the op's default, 1..n the spec's configs."""
-    if strategy == "exhaustive":
-        return list(range(n + 1))
-    rest = list(range(1, n + 1))
-    random.Random(seed).shuffle(rest)
-    return [0, *rest]
+def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int]) -> int:
+    """The declared config closest to the op's own choice: most knob values in common with the constexprs and
+    launch options of the launches the default makes (captured as ``kw inspect`` does); the first config
+    when they cannot be captured."""
+    from kernelworks.inspect.capture import capture_op
+
+    try:
+        launches = capture_op(spec, case, capability=capability)
+    except Exception:  # a launcher that needs real values or a GPU: start from the simplest config
+        return 1
+    values: dict[str, Any] = {}
+    for launch in launches:
+        for k, v in (*launch.args.items(), *launch.options.items()):
+            values.setdefault(k, v)
+    return grid.closest(values)
 
 
 def _context(spec: OpSpec, config: Mapping[str, Any]) -> AbstractContextManager[Any]:
@@ -149,19 +175,36 @@ def _pick(finalists: list[Candidate], timer: Timer, run: Callable[[Candidate], C
     return second, (f"within the spread of the fastest ({gap:.4f} ≤ {spread:.4f} ms): the simpler config wins")
 
 
-def tune_case(spec: OpSpec, case: Case, *, strategy: str = "exhaustive", budget_s: float | None = None,
-              device: torch.device | None = None, timer: Timer | None = None, seed: int = 0,
-              on_candidate: Callable[[Candidate], None] | None = None) -> CaseTuning:
-    """Search ``spec.configs`` on one case (see the module docstring); returns the record of the search."""
+def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: float | None = None,
+              max_trials: int | None = None, device: torch.device | None = None, timer: Timer | None = None,
+              seed: int = 0, on_candidate: Callable[[Candidate], None] | None = None, target: Any = "auto",
+              spill_limit: int = SPILL_LIMIT_BYTES, compile_timeout_s: float = COMPILE_TIMEOUT_S,
+              compile_workers: int | None = None) -> CaseTuning:
+    """Search ``spec.configs`` on one case (see the module docstring); returns the record of the search.
+
+    ``budget_s`` / ``max_trials`` bound the search (seconds, compiles included / candidates tried; the
+    default always runs). ``target``: the compile gate's target — ``"auto"`` this machine's GPU (skipped
+    without one), ``"sm_90"`` and the like, or None to skip it; ``spill_limit`` (bytes per thread),
+    ``compile_timeout_s`` and ``compile_workers`` set the gate (:mod:`kernelworks.tune.gate`)."""
     if not spec.configs or spec.configured is None:
         raise ValueError(f"spec {spec.name!r} is not tunable: it needs `configs` and `configured`")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    strategy = resolve(strategy, len(spec.configs))
     device = device or default_device()
     timer = timer or _gpu_timer
     fn = spec.providers[spec.subject].fn
-    result = CaseTuning(spec.name, case.id)
+    result = CaseTuning(spec.name, case.id, strategy=strategy)
     t_start = time.perf_counter()
+    gate_target = current_target() if target == "auto" else target
+    workers = compile_workers or default_workers()
+    gate = None if gate_target is None else CompileGate(spec, case, gate_target, spill_limit=spill_limit,
+                                                        timeout_s=compile_timeout_s, workers=workers)
+    result.target = None if gate is None else gate.target.name
+    if strategy == "pattern":
+        grid = Grid(spec.configs)
+        start = _start(spec, case, grid, divmod(gate.target.arch, 10) if gate is not None else (9, 0))
+        search: Ordered | Pattern = Pattern(spec.configs, start, seed)
+    else:
+        search = Ordered(len(spec.configs), strategy, seed, 2 * workers)
     torch.manual_seed(seed)
     inputs = spec.inputs(case, device)
     ref = as_outputs(spec.reference(**upcast(inputs)))
@@ -175,17 +218,33 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "exhaustive", budget_
                 return fn(**args)
         return call
 
-    for i in _order(len(spec.configs), strategy, seed):
-        if budget_s is not None and result.candidates and time.perf_counter() - t_start > budget_s:
-            break
-        cand = Candidate(dict(spec.configs[i - 1]) if i else {}, "", order=i)
-        with _context(spec, cand.config):
-            cand.verdict, cand.detail = _verdict(spec, case, fn, inputs, ref, base)
-        if cand.verdict == "ok":
-            cand.ms, cand.p20_ms, cand.p80_ms = timer(run(cand))
-        result.candidates.append(cand)
-        if on_candidate is not None:
-            on_candidate(cand)
+    def spent() -> bool:
+        if not result.candidates:
+            return False
+        return (budget_s is not None and time.perf_counter() - t_start > budget_s) or \
+            (max_trials is not None and len(result.candidates) >= max_trials)
+
+    times: dict[int, float | None] = {}
+    while not spent() and (batch := search.next_batch(times)):
+        configs = [dict(spec.configs[i - 1]) if i else {} for i in batch]
+        checks = gate.check(configs) if gate is not None else [None] * len(batch)
+        for i, config, check in zip(batch, configs, checks):
+            if spent():
+                break
+            cand = Candidate(config, "", order=i)
+            if check is not None:
+                cand.registers, cand.spill_bytes = check.registers, check.spill_bytes
+            if check is not None and not check.passed and i != 0:  # the op's own choice always runs
+                cand.verdict, cand.detail = check.verdict, check.detail
+            else:
+                with _context(spec, cand.config):
+                    cand.verdict, cand.detail = _verdict(spec, case, fn, inputs, ref, base)
+                if cand.verdict == "ok":
+                    cand.ms, cand.p20_ms, cand.p80_ms = timer(run(cand))
+            times[i] = cand.ms
+            result.candidates.append(cand)
+            if on_candidate is not None:
+                on_candidate(cand)
     right = sorted((c for c in result.candidates if c.verdict == "ok"), key=lambda c: c.ms)
     if not right:
         result.reason = "no config was right"
@@ -196,14 +255,20 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "exhaustive", budget_
     return result
 
 
-def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "exhaustive",
+def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "auto",
          budget_s: float | None = None, device: torch.device | None = None, timer: Timer | None = None,
-         progress: bool = True, use_cache: bool = True, write_cache: bool = True) -> list[CaseTuning]:
+         progress: bool = True, use_cache: bool = True, write_cache: bool = True,
+         **options: Any) -> list[CaseTuning]:
     """Tune ``spec`` on its bench cases (or the named ones): one :class:`CaseTuning` per case.
 
-    ``budget_s`` bounds each case's search (the ``random`` strategy's stopping rule). A cached winner for
-    this GPU, triton version and spec source is returned without searching when ``use_cache``
-    (``reason`` says so); new winners are cached when ``write_cache``.
+    ``budget_s`` bounds each case's search. A cached winner for this GPU, triton version and spec source is
+    returned without searching when ``use_cache`` (``reason`` says so); new winners are cached when
+    ``write_cache``. ``options`` go to :func:`tune_case` (``max_trials``, ``target``, ``spill_limit``,
+    ``compile_timeout_s``, ``compile_workers``, ``seed``).
+
+    Example:
+        >>> results = kernelworks.tune(MATMUL_SPEC, ["llama3_8b-qkv-M64"], budget_s=120)   # on a GPU
+        >>> results[0].winner, results[0].reason
     """
     from kernelworks.tune import cache
 
@@ -222,7 +287,7 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "e
                 bar.update(len(spec.configs) + 1)
             continue
         res = tune_case(spec, case, strategy=strategy, budget_s=budget_s, device=device, timer=timer,
-                        on_candidate=(lambda _c: bar.update(1)) if bar is not None else None)
+                        on_candidate=(lambda _c: bar.update(1)) if bar is not None else None, **options)
         if bar is not None:
             bar.update(len(spec.configs) + 1 - len(res.candidates))
         if write_cache and res.winner is not None:

@@ -15,17 +15,23 @@ def table(results: list[CaseTuning]) -> str:
     """Markdown: per case, the winner and why, then every candidate tried in search order."""
     lines: list[str] = []
     for r in results:
+        how = f"{r.strategy}, compiled for {r.target}" if r.target else r.strategy
         lines.append(f"\n**{r.op} · {r.case}**: "
                      f"{'winner ' + _config(r.winner) if r.winner is not None else 'no winner'}"
-                     f" — {r.reason} ({len(r.candidates)} tried, {r.seconds:.1f} s)\n")
+                     f" — {r.reason} ({len(r.candidates)} tried{', ' + how if how else ''}, {r.seconds:.1f} s)\n")
         if not r.candidates:
             continue
-        lines += ["| # | config | verdict | ms (median) | p20–p80 |", "|---|---|---|---|---|"]
+        compiled = any(c.registers is not None for c in r.candidates)
+        extra = (" regs · spill B |", "---|") if compiled else ("", "")
+        lines += [f"| # | config | verdict | ms (median) | p20–p80 |{extra[0]}", f"|---|---|---|---|---|{extra[1]}"]
         for i, c in enumerate(r.candidates):
             ms = "—" if c.ms is None else f"{c.ms:.4f}"
             band = "—" if c.p20_ms is None else f"{c.p20_ms:.4f}–{c.p80_ms:.4f}"
             verdict = c.verdict if not c.detail else f"{c.verdict}: {c.detail}"
-            lines.append(f"| {i + 1} | {_config(c.config)} | {verdict} | {ms} | {band} |")
+            res = ""
+            if compiled:
+                res = " — |" if c.registers is None else f" {c.registers} · {c.spill_bytes} |"
+            lines.append(f"| {i + 1} | {_config(c.config)} | {verdict} | {ms} | {band} |{res}")
     return "\n".join(lines)
 
 

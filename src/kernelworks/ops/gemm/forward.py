@@ -14,6 +14,10 @@ Paths (:func:`matmul_plan`):
 The launcher decides whether the operands are TMA-readable; the plan decides whether to use it (so a forced
 plan, :func:`forced_plan`, may put decode shapes on the Hopper kernel).
 
+Before the heuristic, the launcher asks the shipped table of this GPU (:data:`TUNED`, ``tuned/<gpu>.json``,
+written by ``kw tune matmul --write``) for the shape bucket (:func:`matmul_bucket`); a fresh entry's config
+is played back as the plan ``kw tune`` measured (:func:`plan_from_config`). A forced plan overrides both.
+
 The defaults below start from the published Hopper recipes (PERF.md: 128×256×64 tiles, 8 warps, 3–4
 stages, grouped order) with a wave-quantisation rule from the first H200 run (docs/notes/gemm.md);
 ``benchmarks/sweeps/matmul_configs.py`` measures the alternatives.
@@ -21,13 +25,18 @@ stages, grouped order) with a wave-quantisation rule from the first H200 run (do
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from kernelworks.ops.gemm import hopper, tiled
 from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
 from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
 from kernelworks.runtime import replay
@@ -35,6 +44,7 @@ from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
+from kernelworks.runtime.tuned import TunedTable
 
 DECODE_M = 64
 """Products with at most this many rows take the decode bucket (small BLOCK_M, split-K)."""
@@ -156,6 +166,40 @@ def matmul_plan(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, 
     if fp32:
         return Plan(False, 128, 64, 32, 4, 3)
     return Plan(False, 128, 64 if gated else 128, 32, 8, 4)
+
+
+def matmul_bucket(m: int, n: int, k: int, batch: int, itemsize: int, gated: bool, tma_ok: bool,
+                  precision: str) -> str:
+    """The shape bucket of a product in the shipped tuned tables (:data:`TUNED`), e.g.
+    ``M1024-N4096-K4096-2B-ieee``: M (rows after merging a 3-D A's batch) rounded up to a power of two —
+    tiles and split-K follow M's order of magnitude, and token counts vary call to call — while N (output
+    columns: half of b's for swiglu) and K are exact, being a model's fixed dimensions, where the best tile
+    turns on divisibility and wave counts; the input size in bytes (bf16 and fp16 share entries) and the
+    dot precision; then ``swiglu``, ``B<batch>`` for a batched product, and ``no_tma`` when the operands
+    cannot take the Hopper kernel (layout, alignment)."""
+    parts = [f"M{next_pow2(max(m, 1))}", f"N{n}", f"K{k}", f"{itemsize}B", precision]
+    if gated:
+        parts.append("swiglu")
+    if batch > 1:
+        parts.append(f"B{batch}")
+    if not tma_ok:
+        parts.append("no_tma")
+    return "-".join(parts)
+
+
+def plan_from_config(config: Mapping[str, Any]) -> Plan:
+    """The plan of one of the spec's configs (``MATMUL_CONFIGS``): an ``EPI_SPLIT`` key means the Hopper TMA
+    kernel. What ``kw tune`` forces (``configured``) and what a tuned table entry plays back, so a shipped
+    entry runs exactly what was measured."""
+    return Plan(tma="EPI_SPLIT" in config, **config)
+
+
+TUNED = TunedTable("matmul", Path(__file__).with_name("tuned"),
+                   tuple(Path(inspect.getsourcefile(m)) for m in (hopper, tiled, sys.modules[__name__])),
+                   matmul_bucket, plan_from_config)
+"""Per-GPU tuned plans (``tuned/<gpu-slug>.json``, written by ``kw tune matmul --write``), read before
+:func:`matmul_plan` for 16- and 32-bit inputs outside the interpreter; an entry is ignored once this file,
+``tiled.py`` or ``hopper.py`` changes, or under another triton (:mod:`kernelworks.runtime.tuned`)."""
 
 
 def _fp8_plan(m: int, n: int, k: int, batch: int, gated: bool, tma_ok: bool, n_sms: int,
@@ -285,8 +329,13 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
         ta, tb = _tma_operand(a3[0]), _tma_operand(b3[0])
         tma_ops = (ta, tb) if ta is not None and tb is not None else None
     mode_a, mode_b = scale_modes
-    plan = forced or matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
-                                             n_sms, mode_a == 3, fast_accum)
+    plan = forced
+    if plan is None and a.element_size() > 1 and not interpreter_active():  # fp8 has no tuned entries yet
+        plan = TUNED.get(a.device.index or 0, m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
+                         precision)
+    if plan is None:
+        plan = matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None, n_sms, mode_a == 3,
+                           fast_accum)
     if plan.tma and tma_ops is None:
         raise ValueError("plan: the Hopper (TMA) kernel cannot read these operands (layout, alignment, batch)")
     sa_arg = scale_a if scale_a is not None else out

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernelworks.ops.gemm import api, fp8, grouped, reference
+from kernelworks.ops.gemm import api, forward, fp8, grouped, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, default_tolerance, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -183,9 +183,9 @@ applies to the kernel that has its keys."""
 def _matmul_configured(config: Mapping[str, Any]) -> AbstractContextManager[None]:
     """``kw tune``'s hook: the forced plan of one config (an ``EPI_SPLIT`` key means the Hopper TMA kernel; a
     TMA plan on operands it cannot read raises, which the tuner records)."""
-    from kernelworks.ops.gemm.forward import Plan, forced_plan
+    from kernelworks.ops.gemm.forward import forced_plan, plan_from_config
 
-    return forced_plan(Plan(tma="EPI_SPLIT" in config, **config))
+    return forced_plan(plan_from_config(config))
 
 
 # ------------------------------------------------------------------------------------------------ specs
@@ -202,6 +202,7 @@ MATMUL_SPEC = register(OpSpec(
     grad_inputs=("a", "b", "bias", "residual"),
     configs=MATMUL_CONFIGS,
     configured=_matmul_configured,
+    tuned=forward.TUNED,
 ))
 
 
