@@ -66,8 +66,8 @@ def peak_live(before: Mapping[str, Any], trace: Iterable[Mapping[str, Any]], kno
                 live[block["address"]] = (block["size"], known.get(block["address"], "live before the step: other"))
     total = sum(size for size, _ in live.values())
     peak, at_peak = total, Counter()
-    for size, label in live.values():
-        at_peak[label] += size
+    for size, owner in live.values():
+        at_peak[owner] += size
     for event in trace:
         action = event["action"]
         if action == "alloc":
@@ -75,8 +75,8 @@ def peak_live(before: Mapping[str, Any], trace: Iterable[Mapping[str, Any]], kno
             total += event["size"]
             if total > peak:
                 peak, at_peak = total, Counter()
-                for size, label in live.values():
-                    at_peak[label] += size
+                for size, owner in live.values():
+                    at_peak[owner] += size
         elif action == "free_completed" and event["addr"] in live:
             total -= live.pop(event["addr"])[0]
     return peak, at_peak
