@@ -9,6 +9,8 @@ compared, replayed against not.
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -233,6 +235,33 @@ def test_unrecordable_bodies_keep_the_ordinary_path(launches):
         assert len(runs) == 6
         assert not any(callable(v) for v in op._memo.values())
         assert op.refusals
+
+
+def test_recording_frees_what_the_body_drops(launches):
+    """A body's temporaries are freed when it drops them, while it is being recorded as on the ordinary path
+    (a recording that held them raised the call's peak memory by every buffer freed early), and the
+    recording still replays: a later allocation that reuses a dead temporary's id is a new root."""
+    dead_inside = []
+
+    def body(go, x):
+        tmp = alloc.empty_like(x)
+        go(tmp, 1)
+        probe = weakref.ref(tmp)
+        del tmp
+        dead_inside.append(probe() is None)
+        y = alloc.empty_like(x)
+        go(y, 2)
+        return y
+
+    op = _toy(body)
+    x = torch.ones(64)
+    for _ in range(3):
+        op(x)
+    assert dead_inside and all(dead_inside), dead_inside  # the first two calls: ordinary, then recorded
+    assert any(callable(v) for v in op._memo.values()), op.refusals
+    launches.clear()
+    out = op(x)
+    assert len(launches) == 2 and launches[1][1][0] == out.data_ptr()
 
 
 def test_outputs_views_fills_and_constants(launches):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -232,8 +233,11 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.thread = threading.get_ident()
         self.roots: dict[int, tuple] = {}  # id(tensor) -> ("in", i) | ("alloc", j) | ("op", k) | ("const", t)
-        self.keep: list[torch.Tensor] = []  # everything traced stays alive, so ids are never reused
-        self.root_tensors: dict[tuple, torch.Tensor] = {}
+        # Traced tensors are not kept alive: a body's temporaries must be freed when it drops them, as on the
+        # ordinary path (holding them raised a recorded call's peak memory by every buffer the body frees
+        # early, a GB at an LM head). A weak reference forgets a dead tensor's id before it can be reused.
+        self._alive: dict[int, weakref.ref] = {}
+        self.root_geometry: dict[tuple, tuple] = {}  # root -> (shape, strides, data_ptr, dtype, storage offset)
         self.actions: list[tuple] = []
         self.allocs = self.ops = 0
         self.muted = False  # set by launch() around a launch: its scratch buffers are the launcher's own
@@ -246,9 +250,17 @@ class _Recorder(TorchDispatchMode):
                 self._trace(a, ("kw", name))
 
     def _trace(self, t: torch.Tensor, root: tuple) -> None:
-        self.roots[id(t)] = root
-        self.root_tensors.setdefault(root, t)
-        self.keep.append(t)
+        key = id(t)
+        self.roots[key] = root
+        if root not in self.root_geometry:
+            self.root_geometry[root] = (t.shape, t.stride(), t.data_ptr(), t.dtype, t.storage_offset())
+        if key not in self._alive:
+            self._alive[key] = weakref.ref(t, functools.partial(self._forget, key))
+
+    def _forget(self, key: int, _ref: weakref.ref) -> None:
+        """A traced tensor died: its id may now be another tensor's."""
+        self.roots.pop(key, None)
+        self._alive.pop(key, None)
 
     def root_of(self, t: torch.Tensor) -> tuple:
         """The root ``t`` was derived from; a tensor from before the call is its own constant root, held."""
@@ -263,7 +275,7 @@ class _Recorder(TorchDispatchMode):
     def ref(self, t: torch.Tensor) -> tuple:
         """``(root, byte offset of t's first element from the root's)``: how a launch finds ``t``."""
         root = self.root_of(t)
-        return root, t.data_ptr() - self.root_tensors[root].data_ptr()
+        return root, t.data_ptr() - self.root_geometry[root][2]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -315,13 +327,12 @@ class _Recorder(TorchDispatchMode):
         """``(root, view)``: view None when ``t`` is its root, else ``(shape, strides, storage offset from the
         root's)``."""
         root = self.root_of(t)
-        base = self.root_tensors[root]
-        if t.shape == base.shape and t.stride() == base.stride() and t.data_ptr() == base.data_ptr() \
-                and t.dtype == base.dtype:
+        shape, stride, data_ptr, dtype, storage_offset = self.root_geometry[root]
+        if t.shape == shape and t.stride() == stride and t.data_ptr() == data_ptr and t.dtype == dtype:
             return root, None
-        if t.dtype != base.dtype:
+        if t.dtype != dtype:
             raise NotRecordableError("a view with another dtype than its root")
-        return root, (tuple(t.shape), t.stride(), t.storage_offset() - base.storage_offset())
+        return root, (tuple(t.shape), t.stride(), t.storage_offset() - storage_offset)
 
     def launched(self, grid: tuple, args: tuple, tail: tuple, direct: Callable[..., None] | None) -> None:
         """Called by ``launch()`` (on the recording thread) for each launch of the body, with the cached

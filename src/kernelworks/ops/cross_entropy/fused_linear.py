@@ -46,6 +46,7 @@ from kernelworks.ops.cross_entropy.api import (
 )
 from kernelworks.ops.cross_entropy.kernels import cross_entropy_fwd, target_stats
 from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.blas import accumulate_mm
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.replay import replayed_op
@@ -75,16 +76,6 @@ def chunk_rows(n_rows: int, n_vocab: int, itemsize: int, *, cast_bytes: int = 0)
     if rows >= _CHUNK_ALIGN:
         rows -= rows % _CHUNK_ALIGN
     return min(rows, n_rows)
-
-
-def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``acc += a @ b`` with the product accumulated in fp32 and added in ``acc``'s dtype, no temporary."""
-    if acc.dtype == a.dtype:
-        acc.addmm_(a, b)  # cuBLAS beta = 1: C read, added in fp32, rounded once to acc's dtype
-    elif acc.is_cuda:
-        torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)  # bf16/fp16 operands, fp32 C
-    else:  # the CPU (interpreter runs) has no mixed-dtype addmm
-        acc.addmm_(a.to(acc.dtype), b.to(acc.dtype))
 
 
 def _run(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
@@ -123,7 +114,7 @@ def _run(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias:
         if need_hidden:
             torch.mm(logits, weight, out=grad_hidden[start:end])
         if need_weight:
-            _accumulate(acc_w, logits.t(), h_c)
+            accumulate_mm(acc_w, logits.t(), h_c)
         if need_bias:
             acc_b += logits.sum(dim=0, dtype=torch.float32)
     del buf, logits  # free the chunk before the casts below allocate
