@@ -544,3 +544,124 @@ def test_kw013(body, bad):
         tl.store(c_ptr + rm, rm)
     """
     assert ("KW013" in codes(src)) is bad
+
+
+# ------------------------------------------------------------------------------ issue 18: KW003, KW007, KW008
+
+@pytest.mark.parametrize(("helper", "bad"), [
+    ("return max(x, 0.0)", True),           # a builtin in a helper, on the block the kernel passes
+    ("return abs(x) * 2", True),
+    ("return tl.maximum(x, 0.0)", False),
+    ("return x * max(S, 1)", False),        # on a constexpr
+])
+def test_kw003_builtins_in_helpers_seen_through_the_call(helper, bad):
+    src = f"""
+    @triton.jit
+    def _act(x, S: tl.constexpr):
+        {helper}
+
+    @triton.jit
+    def k(x_ptr, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(x_ptr + offs, _act(x, 4), mask=offs < n)
+    """
+    assert ("KW003" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("expr", "bad"), [
+    ("sum(tl.reshape(x, (2, B // 2)), axis=1)", True),   # a reshaped block
+    ("max(tl.max(x2, axis=1), 0.0)", True),              # a block of row maxima
+    ("round(x / tl.max(x, axis=0))", True),              # block / scalar is a block
+    ("max(tl.sum(x), 1e-6)", False),                     # a full reduction is a scalar
+])
+def test_kw003_block_shapes_through_reductions_and_reshapes(expr, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, y_ptr, B: tl.constexpr):
+        r = tl.arange(0, B)
+        x = tl.load(x_ptr + r)
+        x2 = tl.load(x_ptr + r[:, None] * B + r[None, :])
+        y = {expr}
+        tl.store(y_ptr, 0.0)
+    """
+    assert ("KW003" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("loop", "offset", "bad"), [
+    ("for t in range(tl.program_id(0), n_tiles, NP):", "t * B * stride", True),
+    ("for t in range(tl.program_id(0).to(tl.int64), n_tiles, NP):", "t * B * stride", False),
+    ("for t in range(tl.program_id(0), n_tiles, NP):", "t.to(tl.int64) * B * stride", False),
+    ("for t in range(0, n_tiles):", "t * B * stride", False),   # not a persistent loop: not a program id
+])
+def test_kw007_persistent_loop_counters(loop, offset, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, stride, n_tiles, NP: tl.constexpr, B: tl.constexpr):
+        cols = tl.arange(0, B)
+        {loop}
+            tl.store(x_ptr + {offset} + cols, 0.0)
+    """
+    assert ("KW007" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("row", "bad"), [
+    ("(i_b * T + tl.program_id(0)).to(tl.int64) * K", False),   # an int32 row index scaled in int64
+    ("(i_b * T * K).to(tl.int64)", True),                       # an element offset cast too late
+])
+def test_kw007_row_index_cast_then_scaled(row, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, T, K: tl.constexpr):
+        i_b = tl.program_id(1)
+        tl.store(x_ptr + {row} + tl.arange(0, K), 0.0)
+    """
+    assert ("KW007" in codes(src)) is bad
+
+
+KW008_ROWS = """
+@triton.jit
+def k(x_ptr, y_ptr, {extra}n_cols, B: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, B)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols)
+    tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+
+def f(x):
+    {pre}
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    k[(x.shape[0],)]({arg}, y, {extra_args}x.shape[1], B=1024)
+"""
+
+
+@pytest.mark.parametrize(("extra", "extra_args", "pre", "arg", "bad"), [
+    ("", "", "pass", "x", True),                                   # unknown layout, no strides
+    ("", "", "x = x.contiguous()", "x", False),                    # made contiguous before the launch
+    ("", "", "pass", "x.contiguous()", False),
+    ("", "", "x, z = x.view(-1, 8).contiguous(), 1", "x", False),  # through a tuple assignment
+    ("stride_x, ", "x.stride(0), ", "pass", "x", True),            # a stride passed and never used
+])
+def test_kw008_contiguous_launches_and_unused_strides(extra, extra_args, pre, arg, bad):
+    src = KW008_ROWS.format(extra=extra, extra_args=extra_args, pre=pre, arg=arg)
+    assert ("KW008" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("view", "bad"), [
+    ("q.transpose(1, 2)", True), ("q[:, :, :4]", True), ("q.chunk(2, dim=-1)[0]", False), ("q.T", True),
+    ("q.transpose(1, 2).contiguous()", False), ("q[1:]", False),
+])
+def test_kw008_strided_view_passed_to_a_kernel_without_strides(view, bad):
+    src = f"""
+    @triton.jit
+    def k(x, y, T, K: tl.constexpr, BT: tl.constexpr):
+        o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+        p = tl.program_id(1).to(tl.int64) * T * K + o_t[:, None] * K + tl.arange(0, K)[None, :]
+        tl.store(y + p, tl.load(x + p, mask=(o_t < T)[:, None]), mask=(o_t < T)[:, None])
+
+    def f(q, y):
+        v = {view}
+        k[(triton.cdiv(q.shape[1], 64), q.shape[0])](v, y, q.shape[1], K=q.shape[-1], BT=64)
+    """
+    hits = findings(src, "KW008")
+    assert bool(hits) is bad
+    assert all("strided view" in h.message for h in hits)
