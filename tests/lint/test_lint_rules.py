@@ -665,3 +665,148 @@ def test_kw008_strided_view_passed_to_a_kernel_without_strides(view, bad):
     hits = findings(src, "KW008")
     assert bool(hits) is bad
     assert all("strided view" in h.message for h in hits)
+
+
+# ------------------------------------------------------------------------------------------------ KW014
+
+MASKED = """
+@triton.jit
+def k(x_ptr, y_ptr, M, N, n, last_pos, s, BM: tl.constexpr, BN: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None].to(tl.int64) * s + offs_n[None, :], 0.0, mask=mask)
+    {body}
+
+def f(x, y):
+    M, N = x.shape
+    k[(triton.cdiv(M, 32), triton.cdiv(N, 32))](x, y, M, N, x.numel(), 0, x.stride(0), BM=32, BN=32)
+"""
+
+
+@pytest.mark.parametrize(("body", "bad"), [
+    ("b = tl.load(x_ptr + offs_n, mask=offs_n < M)", True),          # axis 1 spans N, not M
+    ("b = tl.load(x_ptr + offs_n, mask=offs_n < N)", False),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= M)", True),         # off by one
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m < M + 1)", True),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= M - 1)", False),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= last_pos)", False),  # an inclusive position
+])
+def test_kw014(body, bad):
+    assert ("KW014" in codes(MASKED.format(body=body))) is bad
+
+
+def test_kw014_block_sized_for_another_bound():
+    src = """
+    @triton.jit
+    def k(t_ptr, q_ptr, d, B: tl.constexpr):
+        cols = tl.arange(0, B)
+        half = d // 2
+        c = tl.load(t_ptr + cols, mask=cols < {bound})
+        tl.store(q_ptr + cols, tl.load(q_ptr + cols, mask=cols < half) * c, mask=cols < half)
+
+    def f(t, q, d):
+        k[(1,)](t, q, d, B=triton.next_power_of_2(d // 2))
+    """
+    hit = findings(src.format(bound="d"), "KW014")
+    assert hit and "sized for `d // 2`" in hit[0].message
+    assert not findings(src.format(bound="half"), "KW014")
+
+
+# ------------------------------------------------------------------------------------------------ KW015
+
+SHIFTED = """
+@triton.jit
+def k(x_ptr, cu_seqlens, y_ptr, n, B: tl.constexpr, W: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    {body}
+
+def f(x, y):
+    k[(triton.cdiv(x.numel(), 256),)](x, x, y, x.numel(), B=256, W=4)
+"""
+
+
+@pytest.mark.parametrize(("body", "bad"), [
+    ("v = tl.load(x_ptr + offs + 1, mask=offs < n)", True),
+    ("v = tl.load(x_ptr + (offs + 2), mask=offs < n - 1)", True),
+    ("v = tl.load(x_ptr + offs + 1, mask=offs + 1 < n)", False),
+    ("v = tl.load(x_ptr + offs + 1, mask=offs < n - 1)", False),
+    ("v = tl.load(x_ptr + offs - 1, mask=offs < n)", True),
+    ("v = tl.load(x_ptr + offs - 1, mask=(offs >= 1) & (offs < n))", False),
+    ("v = tl.load(x_ptr + offs - 1, mask=(offs > 0) & (offs < n))", False),
+    ("for j in tl.static_range(W):\n        v = tl.load(x_ptr + (offs - j), mask=offs < n)", True),
+    ("for j in tl.static_range(W):\n        v = tl.load(x_ptr + (offs - j), mask=(offs - j >= 0) & (offs < n))", False),
+    ("v = tl.load(cu_seqlens + offs + 1, mask=offs < n)", False),    # an n + 1 prefix array
+    ("v = tl.load(x_ptr + offs * 2 + 1, mask=offs < n)", False),     # + 1 in other units (interleaved)
+])
+def test_kw015(body, bad):
+    assert ("KW015" in codes(SHIFTED.format(body=body))) is bad
+
+
+# ------------------------------------------------------------------------------------------------ KW016
+
+BPTR = """
+@triton.jit
+def k(x, T, s, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr{extra}):
+    p = tl.make_block_ptr(x, (T, K), (s, 1), (tl.program_id(0) * BT, 0), ({b0}, {b1}), (1, 0))
+    {body}
+
+def f(x):
+    k[(triton.cdiv(x.shape[0], 64),)](x, x.shape[0], x.stride(0), K=x.shape[1], BT=64,
+                                      BK=triton.next_power_of_2(x.shape[1]))
+"""
+
+
+@pytest.mark.parametrize(("b1", "body", "extra", "bad"), [
+    ("K", "v = tl.load(p)", "", True),                                       # T is ragged
+    ("K", "v = tl.load(p, boundary_check=(0,))", "", False),                 # K is the whole dimension
+    ("BK", "v = tl.load(p, boundary_check=(0,))", "", True),                 # BK padded to a power of two
+    ("BK", "v = tl.load(p, boundary_check=(0, 1), padding_option='zero')", "", False),
+    ("K", "tl.store(p, tl.zeros((BT, K), tl.float32))", "", True),
+    ("K", "if EVEN_T:\n        v = tl.load(p)", ", EVEN_T: tl.constexpr", False),
+])
+def test_kw016(b1, body, extra, bad):
+    assert ("KW016" in codes(BPTR.format(b0="BT", b1=b1, body=body, extra=extra))) is bad
+
+
+def test_kw016_tensor_descriptors_are_not_checked():
+    src = """
+    @triton.jit
+    def k(x, M, K, BM: tl.constexpr, BK: tl.constexpr):
+        d = tl.make_tensor_descriptor(x, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        v = d.load([tl.program_id(0) * BM, 0])
+        d.store([tl.program_id(0) * BM, 0], v)
+    """
+    assert "KW016" not in codes(src)
+
+
+# ------------------------------------------------------------------------------------------------ KW017
+
+ATOMIC = """
+@triton.jit
+def k(ids_ptr, out_ptr, n, n_slots, B: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * B + tl.arange(0, B)
+    {body}
+
+def f(ids, out):
+    k[({grid},)](ids, out, ids.numel(), out.numel(), B=256)
+"""
+
+
+@pytest.mark.parametrize(("body", "grid", "bad"), [
+    ("e = tl.load(ids_ptr + offs, mask=offs < n, other=0)\n    tl.atomic_add(out_ptr + e, 1)",
+     "triton.cdiv(ids.numel(), 256)", True),
+    ("e = tl.load(ids_ptr + offs, mask=offs < n, other=0)\n    tl.atomic_add(out_ptr + e, 1, mask=offs < n)",
+     "triton.cdiv(ids.numel(), 256)", False),
+    ("tl.atomic_max(out_ptr + offs, 1)", "triton.cdiv(ids.numel(), 256)", True),
+    ("tl.atomic_max(out_ptr + offs, 1, mask=offs < n)", "triton.cdiv(ids.numel(), 256)", False),
+    ("tl.atomic_xchg(out_ptr + pid, 1)", "triton.cdiv(out.numel(), 8) * 8", True),
+    ("if pid >= n_slots:\n        return\n    tl.atomic_xchg(out_ptr + pid, 1)", "triton.cdiv(out.numel(), 8) * 8",
+     False),
+    ("tl.atomic_xchg(out_ptr + pid, 1)", "out.numel()", False),
+    ("tl.atomic_add(out_ptr + pid, tl.sum(tl.load(ids_ptr + offs, mask=offs < n, other=0)))",
+     "triton.cdiv(ids.numel(), 256)", False),   # a scalar per program: the reduction ignores masked lanes
+])
+def test_kw017(body, grid, bad):
+    assert ("KW017" in codes(ATOMIC.format(body=body, grid=grid))) is bad
