@@ -168,8 +168,8 @@ def test_unknown_format():
 
 
 def test_rules_have_unique_ordered_codes():
-    assert list(CODES) == sorted(set(CODES)) == [f"KW{i:03d}" for i in range(1, 14)]
-    assert len(RULES) == 13
+    assert list(CODES) == sorted(set(CODES)) == [f"KW{i:03d}" for i in range(1, 18)]
+    assert len(RULES) == 17
 
 
 def test_pyproject_launchers_reach_the_rules(tmp_path):

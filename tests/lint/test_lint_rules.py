@@ -544,3 +544,269 @@ def test_kw013(body, bad):
         tl.store(c_ptr + rm, rm)
     """
     assert ("KW013" in codes(src)) is bad
+
+
+# ------------------------------------------------------------------------------ issue 18: KW003, KW007, KW008
+
+@pytest.mark.parametrize(("helper", "bad"), [
+    ("return max(x, 0.0)", True),           # a builtin in a helper, on the block the kernel passes
+    ("return abs(x) * 2", True),
+    ("return tl.maximum(x, 0.0)", False),
+    ("return x * max(S, 1)", False),        # on a constexpr
+])
+def test_kw003_builtins_in_helpers_seen_through_the_call(helper, bad):
+    src = f"""
+    @triton.jit
+    def _act(x, S: tl.constexpr):
+        {helper}
+
+    @triton.jit
+    def k(x_ptr, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(x_ptr + offs, _act(x, 4), mask=offs < n)
+    """
+    assert ("KW003" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("expr", "bad"), [
+    ("sum(tl.reshape(x, (2, B // 2)), axis=1)", True),   # a reshaped block
+    ("max(tl.max(x2, axis=1), 0.0)", True),              # a block of row maxima
+    ("round(x / tl.max(x, axis=0))", True),              # block / scalar is a block
+    ("max(tl.sum(x), 1e-6)", False),                     # a full reduction is a scalar
+])
+def test_kw003_block_shapes_through_reductions_and_reshapes(expr, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, y_ptr, B: tl.constexpr):
+        r = tl.arange(0, B)
+        x = tl.load(x_ptr + r)
+        x2 = tl.load(x_ptr + r[:, None] * B + r[None, :])
+        y = {expr}
+        tl.store(y_ptr, 0.0)
+    """
+    assert ("KW003" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("loop", "offset", "bad"), [
+    ("for t in range(tl.program_id(0), n_tiles, NP):", "t * B * stride", True),
+    ("for t in range(tl.program_id(0).to(tl.int64), n_tiles, NP):", "t * B * stride", False),
+    ("for t in range(tl.program_id(0), n_tiles, NP):", "t.to(tl.int64) * B * stride", False),
+    ("for t in range(0, n_tiles):", "t * B * stride", False),   # not a persistent loop: not a program id
+])
+def test_kw007_persistent_loop_counters(loop, offset, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, stride, n_tiles, NP: tl.constexpr, B: tl.constexpr):
+        cols = tl.arange(0, B)
+        {loop}
+            tl.store(x_ptr + {offset} + cols, 0.0)
+    """
+    assert ("KW007" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("row", "bad"), [
+    ("(i_b * T + tl.program_id(0)).to(tl.int64) * K", False),   # an int32 row index scaled in int64
+    ("(i_b * T * K).to(tl.int64)", True),                       # an element offset cast too late
+])
+def test_kw007_row_index_cast_then_scaled(row, bad):
+    src = f"""
+    @triton.jit
+    def k(x_ptr, T, K: tl.constexpr):
+        i_b = tl.program_id(1)
+        tl.store(x_ptr + {row} + tl.arange(0, K), 0.0)
+    """
+    assert ("KW007" in codes(src)) is bad
+
+
+KW008_ROWS = """
+@triton.jit
+def k(x_ptr, y_ptr, {extra}n_cols, B: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, B)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols)
+    tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+
+def f(x):
+    {pre}
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    k[(x.shape[0],)]({arg}, y, {extra_args}x.shape[1], B=1024)
+"""
+
+
+@pytest.mark.parametrize(("extra", "extra_args", "pre", "arg", "bad"), [
+    ("", "", "pass", "x", True),                                   # unknown layout, no strides
+    ("", "", "x = x.contiguous()", "x", False),                    # made contiguous before the launch
+    ("", "", "pass", "x.contiguous()", False),
+    ("", "", "x, z = x.view(-1, 8).contiguous(), 1", "x", False),  # through a tuple assignment
+    ("stride_x, ", "x.stride(0), ", "pass", "x", True),            # a stride passed and never used
+])
+def test_kw008_contiguous_launches_and_unused_strides(extra, extra_args, pre, arg, bad):
+    src = KW008_ROWS.format(extra=extra, extra_args=extra_args, pre=pre, arg=arg)
+    assert ("KW008" in codes(src)) is bad
+
+
+@pytest.mark.parametrize(("view", "bad"), [
+    ("q.transpose(1, 2)", True), ("q[:, :, :4]", True), ("q.chunk(2, dim=-1)[0]", False), ("q.T", True),
+    ("q.transpose(1, 2).contiguous()", False), ("q[1:]", False),
+])
+def test_kw008_strided_view_passed_to_a_kernel_without_strides(view, bad):
+    src = f"""
+    @triton.jit
+    def k(x, y, T, K: tl.constexpr, BT: tl.constexpr):
+        o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+        p = tl.program_id(1).to(tl.int64) * T * K + o_t[:, None] * K + tl.arange(0, K)[None, :]
+        tl.store(y + p, tl.load(x + p, mask=(o_t < T)[:, None]), mask=(o_t < T)[:, None])
+
+    def f(q, y):
+        v = {view}
+        k[(triton.cdiv(q.shape[1], 64), q.shape[0])](v, y, q.shape[1], K=q.shape[-1], BT=64)
+    """
+    hits = findings(src, "KW008")
+    assert bool(hits) is bad
+    assert all("strided view" in h.message for h in hits)
+
+
+# ------------------------------------------------------------------------------------------------ KW014
+
+MASKED = """
+@triton.jit
+def k(x_ptr, y_ptr, M, N, n, last_pos, s, BM: tl.constexpr, BN: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None].to(tl.int64) * s + offs_n[None, :], 0.0, mask=mask)
+    {body}
+
+def f(x, y):
+    M, N = x.shape
+    k[(triton.cdiv(M, 32), triton.cdiv(N, 32))](x, y, M, N, x.numel(), 0, x.stride(0), BM=32, BN=32)
+"""
+
+
+@pytest.mark.parametrize(("body", "bad"), [
+    ("b = tl.load(x_ptr + offs_n, mask=offs_n < M)", True),          # axis 1 spans N, not M
+    ("b = tl.load(x_ptr + offs_n, mask=offs_n < N)", False),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= M)", True),         # off by one
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m < M + 1)", True),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= M - 1)", False),
+    ("b = tl.load(x_ptr + offs_m, mask=offs_m <= last_pos)", False),  # an inclusive position
+])
+def test_kw014(body, bad):
+    assert ("KW014" in codes(MASKED.format(body=body))) is bad
+
+
+def test_kw014_block_sized_for_another_bound():
+    src = """
+    @triton.jit
+    def k(t_ptr, q_ptr, d, B: tl.constexpr):
+        cols = tl.arange(0, B)
+        half = d // 2
+        c = tl.load(t_ptr + cols, mask=cols < {bound})
+        tl.store(q_ptr + cols, tl.load(q_ptr + cols, mask=cols < half) * c, mask=cols < half)
+
+    def f(t, q, d):
+        k[(1,)](t, q, d, B=triton.next_power_of_2(d // 2))
+    """
+    hit = findings(src.format(bound="d"), "KW014")
+    assert hit and "sized for `d // 2`" in hit[0].message
+    assert not findings(src.format(bound="half"), "KW014")
+
+
+# ------------------------------------------------------------------------------------------------ KW015
+
+SHIFTED = """
+@triton.jit
+def k(x_ptr, cu_seqlens, y_ptr, n, B: tl.constexpr, W: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    {body}
+
+def f(x, y):
+    k[(triton.cdiv(x.numel(), 256),)](x, x, y, x.numel(), B=256, W=4)
+"""
+
+
+@pytest.mark.parametrize(("body", "bad"), [
+    ("v = tl.load(x_ptr + offs + 1, mask=offs < n)", True),
+    ("v = tl.load(x_ptr + (offs + 2), mask=offs < n - 1)", True),
+    ("v = tl.load(x_ptr + offs + 1, mask=offs + 1 < n)", False),
+    ("v = tl.load(x_ptr + offs + 1, mask=offs < n - 1)", False),
+    ("v = tl.load(x_ptr + offs - 1, mask=offs < n)", True),
+    ("v = tl.load(x_ptr + offs - 1, mask=(offs >= 1) & (offs < n))", False),
+    ("v = tl.load(x_ptr + offs - 1, mask=(offs > 0) & (offs < n))", False),
+    ("for j in tl.static_range(W):\n        v = tl.load(x_ptr + (offs - j), mask=offs < n)", True),
+    ("for j in tl.static_range(W):\n        v = tl.load(x_ptr + (offs - j), mask=(offs - j >= 0) & (offs < n))", False),
+    ("v = tl.load(cu_seqlens + offs + 1, mask=offs < n)", False),    # an n + 1 prefix array
+    ("v = tl.load(x_ptr + offs * 2 + 1, mask=offs < n)", False),     # + 1 in other units (interleaved)
+])
+def test_kw015(body, bad):
+    assert ("KW015" in codes(SHIFTED.format(body=body))) is bad
+
+
+# ------------------------------------------------------------------------------------------------ KW016
+
+BPTR = """
+@triton.jit
+def k(x, T, s, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr{extra}):
+    p = tl.make_block_ptr(x, (T, K), (s, 1), (tl.program_id(0) * BT, 0), ({b0}, {b1}), (1, 0))
+    {body}
+
+def f(x):
+    k[(triton.cdiv(x.shape[0], 64),)](x, x.shape[0], x.stride(0), K=x.shape[1], BT=64,
+                                      BK=triton.next_power_of_2(x.shape[1]))
+"""
+
+
+@pytest.mark.parametrize(("b1", "body", "extra", "bad"), [
+    ("K", "v = tl.load(p)", "", True),                                       # T is ragged
+    ("K", "v = tl.load(p, boundary_check=(0,))", "", False),                 # K is the whole dimension
+    ("BK", "v = tl.load(p, boundary_check=(0,))", "", True),                 # BK padded to a power of two
+    ("BK", "v = tl.load(p, boundary_check=(0, 1), padding_option='zero')", "", False),
+    ("K", "tl.store(p, tl.zeros((BT, K), tl.float32))", "", True),
+    ("K", "if EVEN_T:\n        v = tl.load(p)", ", EVEN_T: tl.constexpr", False),
+])
+def test_kw016(b1, body, extra, bad):
+    assert ("KW016" in codes(BPTR.format(b0="BT", b1=b1, body=body, extra=extra))) is bad
+
+
+def test_kw016_tensor_descriptors_are_not_checked():
+    src = """
+    @triton.jit
+    def k(x, M, K, BM: tl.constexpr, BK: tl.constexpr):
+        d = tl.make_tensor_descriptor(x, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        v = d.load([tl.program_id(0) * BM, 0])
+        d.store([tl.program_id(0) * BM, 0], v)
+    """
+    assert "KW016" not in codes(src)
+
+
+# ------------------------------------------------------------------------------------------------ KW017
+
+ATOMIC = """
+@triton.jit
+def k(ids_ptr, out_ptr, n, n_slots, B: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * B + tl.arange(0, B)
+    {body}
+
+def f(ids, out):
+    k[({grid},)](ids, out, ids.numel(), out.numel(), B=256)
+"""
+
+
+@pytest.mark.parametrize(("body", "grid", "bad"), [
+    ("e = tl.load(ids_ptr + offs, mask=offs < n, other=0)\n    tl.atomic_add(out_ptr + e, 1)",
+     "triton.cdiv(ids.numel(), 256)", True),
+    ("e = tl.load(ids_ptr + offs, mask=offs < n, other=0)\n    tl.atomic_add(out_ptr + e, 1, mask=offs < n)",
+     "triton.cdiv(ids.numel(), 256)", False),
+    ("tl.atomic_max(out_ptr + offs, 1)", "triton.cdiv(ids.numel(), 256)", True),
+    ("tl.atomic_max(out_ptr + offs, 1, mask=offs < n)", "triton.cdiv(ids.numel(), 256)", False),
+    ("tl.atomic_xchg(out_ptr + pid, 1)", "triton.cdiv(out.numel(), 8) * 8", True),
+    ("if pid >= n_slots:\n        return\n    tl.atomic_xchg(out_ptr + pid, 1)", "triton.cdiv(out.numel(), 8) * 8",
+     False),
+    ("tl.atomic_xchg(out_ptr + pid, 1)", "out.numel()", False),
+    ("tl.atomic_add(out_ptr + pid, tl.sum(tl.load(ids_ptr + offs, mask=offs < n, other=0)))",
+     "triton.cdiv(ids.numel(), 256)", False),   # a scalar per program: the reduction ignores masked lanes
+])
+def test_kw017(body, grid, bad):
+    assert ("KW017" in codes(ATOMIC.format(body=body, grid=grid))) is bad

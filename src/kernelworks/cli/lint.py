@@ -22,7 +22,7 @@ def _codes(value: str) -> list[str]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lint", help="static checks of Triton kernels (AST, no GPU)",
                        description="Find @triton.jit kernels and their launches and report likely bugs "
-                                   "(KW001 unmasked access ... KW013 matmul as tl.sum of a broadcast).")
+                                   "(KW001 unmasked access ... KW017 unmasked atomic past the data).")
     add_arguments(p)
 
 

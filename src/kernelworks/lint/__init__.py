@@ -1,7 +1,7 @@
 """Static checks of Triton kernels (``kw lint``): AST only — no GPU, no Triton compile, nothing imported.
 
 Finds ``@triton.jit`` functions and their ``kernel[grid](...)`` launches in each module and runs the rules
-of :mod:`kernelworks.lint.rules` (``KW001`` … ``KW013``, one module each, with examples in its docstring).
+of :mod:`kernelworks.lint.rules` (``KW001`` … ``KW017``, one module each, with examples in its docstring).
 
     >>> from kernelworks.lint import lint_paths, lint_source
     >>> for f in lint_paths(["src/"]):

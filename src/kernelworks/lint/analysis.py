@@ -79,6 +79,37 @@ class Analysis:
                 continue
             stack.extend((ch, c) for ch in ast.iter_child_nodes(n) if isinstance(ch, ast.expr))
 
+    def bases(self, ptr: ast.expr | None, ctx: Ctx) -> set[str]:
+        """The kernel's pointer parameters a load/store pointer is built on (reached by additions only)."""
+        out: set[str] = set()
+        stack: list[tuple[ast.AST, Ctx]] = [(ptr, ctx)] if ptr is not None else []
+        seen: set[tuple[int, int]] = set()
+        while stack:
+            node, c = stack.pop()
+            if (id(node), id(c)) in seen:
+                continue
+            seen.add((id(node), id(c)))
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+                stack += [(node.left, c), (node.right, c)]
+            elif isinstance(node, ast.AugAssign):
+                stack.append((node.target, c))
+            elif isinstance(node, ast.Name):
+                defs, complete = c.flow.reaching(node.id, node)
+                stack += [(d.stmt if d.kind == "aug" else d.value, c) for d in defs
+                          if d.kind in ("aug", "assign") and d.value is not None]
+                if not complete:
+                    if c.bindings is not None and node.id in c.bindings:
+                        stack.append(c.bindings[node.id])
+                    elif c.bindings is None and node.id in c.fn.params and node.id not in c.fn.constexpr:
+                        out.add(node.id)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                callee = self.model.jit_function(node.func.id)
+                child = self.ev.child(callee, node, c) if callee is not None else None
+                if child is not None:
+                    stack += [(r.value, child) for r in ast.walk(callee.node)
+                              if isinstance(r, ast.Return) and r.value is not None]
+        return out
+
     def launch_values(self, fn: JitFunction, param: str) -> list[tuple[ast.expr, Launch | None]]:
         """What ``param`` is set to: at each launch (followed through simple host assignments), by each
         autotune config, and by its default."""

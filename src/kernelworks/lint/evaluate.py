@@ -74,6 +74,20 @@ def call_arg(call: ast.Call, pos: int, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
+def _reduced(shape: tuple | None, call: ast.Call, axis_pos: int) -> tuple | None:
+    """The shape a reduction leaves: a scalar without ``axis``, the input less that axis with one."""
+    axis = call_arg(call, axis_pos, "axis")
+    if axis is None or (isinstance(axis, ast.Constant) and axis.value is None):
+        return ()
+    keep = any(k.arg == "keep_dims" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
+    if shape is None or not (isinstance(axis, ast.Constant) and isinstance(axis.value, int)):
+        return None
+    a = axis.value + len(shape) if axis.value < 0 else axis.value
+    if not 0 <= a < len(shape):
+        return None
+    return (*shape[:a], *((1,) if keep else ()), *shape[a + 1:])
+
+
 class Evaluator:
     """Values of expressions of the jit functions of one module (memoised per context)."""
 
@@ -310,8 +324,10 @@ class Evaluator:
                 bounds = combine(self.eval(a, ctx) for a in it.args)
                 if bounds.const:
                     return Val(dtype="int32", shape=())
+                # a persistent loop (`range(pid, num_tiles, NUM_SMS)`) carries the program id into its counter
                 return Val(const=False, runtime=True, index=True, loop=True, tile=True, dtype="int32", shape=(),
-                           params=bounds.params, opaque=bounds.opaque)
+                           params=bounds.params, opaque=bounds.opaque, pid=bounds.pid, axes=bounds.axes,
+                           int64=bounds.int64)
         return OPAQUE
 
     def element(self, value: ast.expr | None, index: int, ctx: Ctx) -> Val:
@@ -377,7 +393,10 @@ class Evaluator:
         if name == "trans":
             return base.replace(shape=base.shape[::-1] if base.shape is not None else None)
         if name in _REDUCTIONS:
-            return base.replace(roots={}, shape=None)
+            return base.replace(roots={}, shape=_reduced(base.shape, node, 0))
+        if name in ("reshape", "view") and node.args:
+            shape = self._shape_arg(node.args[0], ctx) if len(node.args) == 1 else None
+            return base.replace(shape=shape)
         return base.replace(shape=None)
 
     def _tl_call(self, name: str, node: ast.Call, ctx: Ctx) -> Val:
@@ -425,7 +444,10 @@ class Evaluator:
         if name in _BLOCK_PTR:
             return Val(const=False, runtime=True, blockptr=True)
         if name in _REDUCTIONS:
-            return (args[0] if args else OPAQUE).replace(roots={}, shape=None)
+            base = args[0] if args else OPAQUE
+            return base.replace(roots={}, shape=_reduced(base.shape, node, 1))
+        if name == "reshape" and args:
+            return args[0].replace(shape=self._shape_arg(call_arg(node, 1, "shape"), ctx))
         if name == "trans":
             base = args[0] if args else OPAQUE
             return base.replace(shape=base.shape[::-1] if base.shape is not None else None)

@@ -99,6 +99,7 @@ class ModuleModel:
                 self.module_assigns.setdefault(st.target.id, []).append(st.value)
             elif isinstance(st, ast.FunctionDef):
                 self.module_defs[st.name] = st
+        self._resolved: dict[tuple[int, int, int, int], ast.expr] = {}
         self.functions: dict[str, JitFunction] = {}
         self.aliases: dict[str, str] = {}
         """Other module-level names bound to a jit function (``k = triton.jit(fn)``)."""
@@ -277,6 +278,12 @@ class ModuleModel:
         if not isinstance(expr, ast.Name) or depth > _MAX_RESOLVE:
             return expr
         line = getattr(before, "lineno", 1 << 30)
+        key = (id(expr), id(host), line, depth)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(expr, host, line, depth)
+        return self._resolved[key]
+
+    def _resolve(self, expr: ast.Name, host: ast.AST, line: int, depth: int) -> ast.expr:
         for scope in (host, self.tree) if host is not self.tree else (self.tree,):
             best: ast.Assign | None = None
             for node in ast.walk(scope):

@@ -16,6 +16,10 @@ from kernelworks.lint.rules.kw010_tf32_dot import ImplicitTF32
 from kernelworks.lint.rules.kw011_arange_constexpr import ArangeNotConstexpr
 from kernelworks.lint.rules.kw012_host_sync import HostSyncInLaunchPath
 from kernelworks.lint.rules.kw013_sum_matmul import SumOfBroadcastMatmul
+from kernelworks.lint.rules.kw014_mask_bound import MaskBound
+from kernelworks.lint.rules.kw015_shifted_access import ShiftedAccess
+from kernelworks.lint.rules.kw016_block_ptr_boundary import BlockPtrBoundary
+from kernelworks.lint.rules.kw017_unmasked_atomic import UnmaskedAtomic
 
 RULES: tuple[Rule, ...] = (
     UnmaskedAccess(),
@@ -31,6 +35,10 @@ RULES: tuple[Rule, ...] = (
     ArangeNotConstexpr(),
     HostSyncInLaunchPath(),
     SumOfBroadcastMatmul(),
+    MaskBound(),
+    ShiftedAccess(),
+    BlockPtrBoundary(),
+    UnmaskedAtomic(),
 )
 """Every rule, in code order."""
 

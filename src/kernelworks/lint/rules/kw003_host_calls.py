@@ -8,7 +8,9 @@ rewritten by Triton 3.x to ``tl.maximum``/``tl.minimum``/``tl.device_print``. Bu
 visible blocks (loaded or ``tl.arange``-derived tensors): scalars and tuples are fine (the matmul
 tutorial's ``min(num_pid_m - first_pid_m, GROUP_SIZE_M)``, ``len(coords)``); ``max``/``min``/``abs`` on a
 block are a warning (Triton 3 rewrites them, older versions fail, NaN handling stays implicit); ``print``
-is always flagged.
+is always flagged. A helper's builtins are judged at each call (``def _relu(x): return max(x, 0.0)`` on the
+block the kernel passes), and blocks stay blocks through reductions along one axis and ``tl.reshape``
+(``max(tl.max(x, axis=1), 0.0)`` is a block of row maxima; ``max(tl.sum(x), eps)`` a scalar).
 
 Allowed: ``tl.*``, ``tl.math.*``, ``triton.language.*``, other ``@triton.jit`` functions, ``range``/
 ``tl.range``/``tl.static_range``, and builtins or ``math``/``triton`` helpers applied only to literals and
@@ -77,15 +79,34 @@ class HostCodeInKernel(Rule):
     hint = "use the triton.language equivalent (tl.exp, tl.maximum, tl.sum, tl.cdiv, ...)"
 
     def check(self, analysis: Analysis) -> Iterator[Hit]:
+        reported: set[int] = set()
         for fn in analysis.functions:
             ctx = analysis.ctx(fn)
-            reported: set[int] = set()
             for call in calls_in(fn.node):
                 hit = self._check_call(analysis, ctx, call)
-                if hit is not None:
+                if hit is not None and id(call.func) not in reported:
                     reported.add(id(call.func))
                     yield hit
             yield from self._module_refs(analysis, fn.node, reported)
+        for fn in analysis.functions:
+            if not fn.is_helper:
+                yield from self._inlined(analysis, analysis.ctx(fn), reported)
+
+    def _inlined(self, analysis: Analysis, ctx: Ctx, reported: set[int]) -> Iterator[Hit]:
+        """Builtins in helpers seen through their calls: ``def _relu(x): return max(x, 0.0)`` takes an opaque
+        ``x`` on its own, a loaded block when the kernel calls it."""
+        for call in calls_in(ctx.fn.node):
+            callee = analysis.model.jit_function(call.func.id) if isinstance(call.func, ast.Name) else None
+            child = analysis.ev.child(callee, call, ctx) if callee is not None else None
+            if child is None:
+                continue
+            for inner in calls_in(callee.node):
+                if isinstance(inner.func, ast.Name) and id(inner.func) not in reported:
+                    hit = self._check_call(analysis, child, inner)
+                    if hit is not None:
+                        reported.add(id(inner.func))
+                        yield hit
+            yield from self._inlined(analysis, child, reported)
 
     def _check_call(self, analysis: Analysis, ctx: Ctx, call: ast.Call) -> Hit | None:
         imports = analysis.imports

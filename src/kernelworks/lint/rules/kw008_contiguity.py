@@ -1,13 +1,18 @@
-"""KW008 (heuristic): a row offset computed with a size argument as the row stride, in a kernel that takes
-no stride argument at all.
+"""KW008 (heuristic): a kernel that assumes a row-major layout: a size argument used as the row stride, or a
+strided view passed to a kernel that takes (or uses) no strides.
 
 ``x_ptr + row * n_cols + cols`` is right only for a contiguous ``[rows, n_cols]`` tensor; a slice
-(``x[:, :n]``), a transposed view or a padded row gives wrong rows with no error. The rule fires when the
-kernel's signature has no parameter named like a stride (``stride*``, ``*_stride``, ``s_*``, ``ld*``) and a
-load/store pointer multiplies a program id / row index (or a block of row offsets) by the runtime parameter
-that bounds the pointer's own unit-stride (column) offsets (``row * n_cols + cols`` with ``cols < n_cols``).
-Batch offsets of contiguous blocks (``i_bh * T * K``) are not flagged. It cannot see whether the
-launcher made the tensor contiguous on purpose: if it did, say so with ``# noqa: KW008``.
+(``x[:, :n]``), a transposed view or a padded row gives wrong rows with no error. Two findings:
+
+* in a kernel with no stride parameter it reads (``stride*``, ``*_stride``, ``s_*``, ``ld*``; a stride that is
+  passed but never used counts as none), a load/store pointer multiplies a program id / row index (or a block
+  of row offsets) by the runtime parameter that bounds the pointer's own unit-stride (column) offsets
+  (``row * n_cols + cols`` with ``cols < n_cols``) — unless every launch in the module passes that tensor
+  visibly contiguous (``x.contiguous()``, ``torch.empty(...)``, ``x = x.view(-1, d).contiguous()`` earlier);
+* a launch passes such a kernel a visibly strided view for a tensor it loads or stores (``q.transpose(1, 2)``,
+  ``x[:, :d]``, ``x.chunk(2, dim=-1)``, ``w.T``), whatever the kernel's offsets look like.
+
+Batch offsets of contiguous blocks (``i_bh * T * K``) are not flagged on their own.
 
 Bad::
 
@@ -19,6 +24,8 @@ Good::
 
     def _kernel(x_ptr, y_ptr, stride_x, stride_y, n_cols, BLOCK: tl.constexpr):
         x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols)
+
+    (or keep the kernel and launch it with ``x.contiguous()``)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Iterator
 from kernelworks.lint.analysis import Analysis
 from kernelworks.lint.evaluate import Ctx, call_arg
 from kernelworks.lint.findings import Severity
+from kernelworks.lint.layout import contiguous, strided_view
 from kernelworks.lint.model import JitFunction
 from kernelworks.lint.names import is_stride
 from kernelworks.lint.rules.base import Hit, Rule
@@ -37,18 +45,23 @@ from kernelworks.lint.rules.base import Hit, Rule
 class AssumedContiguous(Rule):
     code = "KW008"
     severity = Severity.WARNING
-    summary = "row offset uses a size argument as the row stride, and the kernel takes no stride (assumes contiguity)"
+    summary = "kernel assumes row-major contiguous tensors: a size used as the row stride, or a strided view passed"
     hint = "pass the row stride (x.stride(0)) as an argument and use it in the offset"
 
     def check(self, analysis: Analysis) -> Iterator[Hit]:
         seen: set[int] = set()
         for fn in analysis.functions:
-            if fn.is_helper or any(is_stride(p) for p in fn.params):
+            if fn.is_helper or self._uses_strides(analysis, fn):
                 continue
             ctx = analysis.ctx(fn)
             bounds = self._bounds(analysis, fn, ctx)
+            accessed: set[str] = set()
             for _name, call in analysis.tl_calls(fn, "load", "store"):
                 ptr = call_arg(call, 0, "pointer")
+                bases = analysis.bases(ptr, ctx)
+                accessed |= bases
+                if bases and all(self._made_contiguous(analysis, fn, b) for b in bases):
+                    continue
                 columns = self._unit_roots(analysis, ptr, ctx)
                 # sizes that bound the unit-stride (column) offsets of this very pointer
                 row_lengths = {p for p, roots in bounds.items() if roots & columns}
@@ -70,6 +83,36 @@ class AssumedContiguous(Rule):
                                   f"add a stride parameter (x.stride(0)) and use it instead of `{param}`, "
                                   "or noqa it if the launcher makes the tensor contiguous")
                         break
+            yield from self._views_passed(analysis, fn, accessed)
+
+    @staticmethod
+    def _uses_strides(analysis: Analysis, fn: JitFunction) -> bool:
+        """Whether the kernel (or a helper it calls) reads a parameter named like a stride."""
+        names = {n.id for n in ast.walk(fn.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if any(is_stride(p) and p in names for p in fn.params):
+            return True
+        return any(is_stride(p) for c in fn.callees for p in analysis.model.functions[c].params)
+
+    @staticmethod
+    def _made_contiguous(analysis: Analysis, fn: JitFunction, param: str) -> bool:
+        """Every launch of ``fn`` in the module passes ``param`` visibly contiguous (and there is one)."""
+        launches = [ln for ln in fn.launches if param in ln.args]
+        return bool(launches) and len(launches) == len(fn.launches) and all(
+            contiguous(analysis.model, ln.args[param], ln.host, ln.call) for ln in launches)
+
+    @staticmethod
+    def _views_passed(analysis: Analysis, fn: JitFunction, accessed: set[str]) -> Iterator[Hit]:
+        """Launches that hand a strided view to a kernel that addresses its tensors without strides."""
+        for launch in fn.launches:
+            for param in sorted(accessed):
+                arg = launch.args.get(param)
+                view = strided_view(analysis.model, arg, launch.host, launch.call) if arg is not None else None
+                if view is None:
+                    continue
+                yield Hit(arg, f"`{ast.unparse(arg)}` is passed to `{fn.name}` as `{param}` but "
+                               f"`{ast.unparse(view)}` is a strided view, and the kernel takes no strides: it "
+                               "reads the tensor as if it were row-major contiguous (heuristic)",
+                          "call .contiguous() on it before the launch, or pass its strides and use them")
 
     @staticmethod
     def _bounds(analysis: Analysis, fn: JitFunction, ctx: Ctx) -> dict[str, set[int]]:
