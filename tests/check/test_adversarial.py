@@ -131,7 +131,10 @@ def test_honest_providers_pass_the_adversarial_check(spec):
 def test_round_significand_matches_the_16_bit_formats():
     from kernelworks.check.adversarial import round_significand
 
-    x = torch.randn(4096, dtype=torch.float64) * 10.0
+    x = torch.randn(4096, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 10.0
+    # clear of fp16's subnormals (where its exponent range would show), and fp32 values: torch casts float64
+    # to the 16-bit formats through fp32, rounding twice
+    x = (x.sign() * (x.abs() + 1e-3)).float().double()
     assert torch.equal(round_significand(x, 10), x.to(torch.float16).double())
     assert torch.equal(round_significand(x, 7), x.to(torch.bfloat16).double())
     assert torch.equal(round_significand(x, 23), x.to(torch.float32).double())
