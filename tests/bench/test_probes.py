@@ -66,8 +66,12 @@ def test_a_joined_side_stream_is_not_flagged(operands):
 def test_a_thread_launch_is_flagged():
     big = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)  # ~0.8 ms a product, >> a thread start
 
+    def launch():
+        with torch.cuda.stream(torch.cuda.Stream()):  # the thread's own stream (on the caller's, the launch
+            big @ big.t()                            # may land before the end event, and be timed)
+
     def call():
-        threading.Thread(target=lambda: big @ big.t(), daemon=True).start()
+        threading.Thread(target=launch, daemon=True).start()
 
     problem = outside_stream(call, _timed(call))
     assert problem is not None and "outside the timed stream" in problem, problem

@@ -76,17 +76,27 @@ def joined_side_stream(compute: Callable[..., torch.Tensor]) -> Callable[..., to
 # -------------------------------------------------------------------------------------------- threads
 
 
+def _on_own_stream(work: Callable[[], Any]) -> Callable[[], None]:
+    """``work`` run on a stream of the calling thread's own. (A thread launching onto the caller's stream
+    may get its launch in before the caller records its end event — then the events do time it.)"""
+    def run() -> None:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            work()
+    return run
+
+
 def thread_per_call(compute: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """Each call starts a thread that launches ``compute`` into the returned buffer, and returns at once."""
     def cheat(**kw: Any) -> torch.Tensor:
         out = _empty_like_result(compute, kw)
-        threading.Thread(target=lambda: out.copy_(compute(**kw)), daemon=True).start()
+        threading.Thread(target=_on_own_stream(lambda: out.copy_(compute(**kw))), daemon=True).start()
         return out
     return after_first_call(compute, cheat)
 
 
 def worker_thread(compute: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A persistent worker (started before the timing) launches ``compute``; the call only enqueues a job."""
+    """A persistent worker thread (started before the timing, on its own stream) launches ``compute``; the
+    call only enqueues a job."""
     jobs: queue.Queue = queue.Queue()
 
     def work() -> None:
@@ -94,7 +104,7 @@ def worker_thread(compute: Callable[..., torch.Tensor]) -> Callable[..., torch.T
             out, kw = jobs.get()
             out.copy_(compute(**kw))
 
-    threading.Thread(target=work, daemon=True).start()
+    threading.Thread(target=_on_own_stream(work), daemon=True).start()
 
     def cheat(**kw: Any) -> torch.Tensor:
         out = _empty_like_result(compute, kw)
