@@ -209,15 +209,18 @@ def rms_padded_block_mean(x: torch.Tensor, weight: torch.Tensor, eps: float) -> 
 
 
 def rms_weight_cache_by_pointer(state: dict[str, Any], kw: dict[str, Any]) -> torch.Tensor:
-    """The weight converted once per address (no version check): stale after an in-place update."""
-    w = state.setdefault(kw["weight"].data_ptr(), kw["weight"].float().clone())
+    """The weight converted once per address (no version check): stale after an in-place update. (Shape and
+    dtype in the key too: a CUDA caching allocator hands the next case's weight the same address.)"""
+    w = kw["weight"]
+    w = state.setdefault((w.data_ptr(), w.shape, w.dtype), w.float().clone())
     return rms(kw["x"], w, kw["eps"])
 
 
 def rms_weight_cache_by_version(state: dict[str, Any], kw: dict[str, Any]) -> torch.Tensor:
-    """The same cache keyed by address AND version counter: legal (an in-place update bumps the version)."""
+    """The same cache keyed by address AND version counter: legal (an in-place update bumps the version;
+    shape and dtype guard a new tensor given a freed one's address)."""
     w = kw["weight"]
-    key = (w.data_ptr(), w._version)
+    key = (w.data_ptr(), w._version, w.shape, w.dtype)
     if key not in state:
         state.clear()
         state[key] = w.float().clone()
