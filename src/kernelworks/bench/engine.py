@@ -129,7 +129,7 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
               cuda_graph: bool = False, warmup_ms: float = 25.0, rep_ms: float = 100.0,
               progress: bool = True, ceil: Ceilings | None = None, probes: bool = True) -> list[BenchRecord]:
     """Time the selected cases of ``spec`` for every available provider; needs a CUDA GPU. ``probes``: look
-    for work each timing missed (:mod:`kernelworks.bench.probes`; ~50 ms a record)."""
+    for work each timing missed (:mod:`kernelworks.bench.probes`; ~50–100 ms a record)."""
     if not torch.cuda.is_available():
         raise RuntimeError("kw bench needs a CUDA GPU: timings on the CPU interpreter mean nothing. "
                            "Use `kw check` for correctness here.")
