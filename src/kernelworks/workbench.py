@@ -23,7 +23,8 @@ def _resolve(spec: OpSpec | str) -> OpSpec:
 def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: str | None = None,
           seed: int = 0, verbose: bool = True, adversarial: bool = False) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
-    ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs).
+    ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs, a lower
+    precision than the dtype promises, hard-coded sizes).
 
     Example::
 

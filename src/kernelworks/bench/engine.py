@@ -1,7 +1,10 @@
 """The engine behind ``kw bench``: every provider on the same inputs, in the same run, per case and mode.
 
 Before a provider is timed its output is checked once against the reference (float32 upcast) under the
-spec's tolerance rule, so a fast wrong answer is recorded as wrong, not as fast.
+spec's tolerance rule, so a fast wrong answer is recorded as wrong, not as fast. After it is timed, the
+probes of :mod:`kernelworks.bench.probes` look for work the timing missed (kernels on a side stream or
+another thread, a result computed when read): a call they catch is recorded as ``suspect: …``, its times
+kept for the reader to see but out of every comparison.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kernelworks.bench.probes import timing_problems
 from kernelworks.bench.roofline import roofline
 from kernelworks.bench.timing import time_fn
 from kernelworks.check.compare import compare
@@ -24,7 +28,8 @@ from kernelworks.spec import STEP, Case, Cost, OpSpec, dtype_name
 
 @dataclass
 class BenchRecord:
-    """One timed (case, mode, provider). ``status`` is ``ok``, ``skipped: …``, ``wrong: …`` or ``error: …``."""
+    """One timed (case, mode, provider). ``status`` is ``ok``, ``skipped: …``, ``wrong: …``, ``error: …`` or
+    ``suspect: …`` (timed, but the timing missed work: :mod:`kernelworks.bench.probes`)."""
 
     op: str
     case: str
@@ -122,8 +127,9 @@ def peak_extra_mb(call: Callable[[], Any]) -> float:
 def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: Iterable[str] | None = None,
               modes: Iterable[str] | None = None, tags: Iterable[str] | None = None, verify: bool = True,
               cuda_graph: bool = False, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              progress: bool = True, ceil: Ceilings | None = None) -> list[BenchRecord]:
-    """Time the selected cases of ``spec`` for every available provider; needs a CUDA GPU."""
+              progress: bool = True, ceil: Ceilings | None = None, probes: bool = True) -> list[BenchRecord]:
+    """Time the selected cases of ``spec`` for every available provider; needs a CUDA GPU. ``probes``: look
+    for work each timing missed (:mod:`kernelworks.bench.probes`; ~50–100 ms a record)."""
     if not torch.cuda.is_available():
         raise RuntimeError("kw bench needs a CUDA GPU: timings on the CPU interpreter mean nothing. "
                            "Use `kw check` for correctness here.")
@@ -177,7 +183,7 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
                 else:
                     records.append(_bench_one(spec, case, mode, prov.fn, inputs, ref, base, cost, ceil,
                                               verify=checked, cuda_graph=cuda_graph, warmup_ms=warmup_ms,
-                                              rep_ms=rep_ms, name=name))
+                                              rep_ms=rep_ms, name=name, probes=probes))
                 if bar is not None:
                     bar.update(1)
                 gc.collect()
@@ -190,7 +196,7 @@ def run_bench(spec: OpSpec, cases: Iterable[str] | None = None, *, providers: It
 
 def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inputs: dict[str, Any],
                ref: tuple, base: tuple, cost: Any, ceil: Ceilings, *, verify: bool, cuda_graph: bool,
-               warmup_ms: float, rep_ms: float, name: str) -> BenchRecord:
+               warmup_ms: float, rep_ms: float, name: str, probes: bool = True) -> BenchRecord:
     rec = _record(spec, case, mode, name, "ok")
     try:
         if verify and mode == "fwd":
@@ -203,6 +209,7 @@ def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inpu
         if mode == STEP:
             rec.peak_mb = peak_extra_mb(call)
         t = time_fn(call, warmup_ms=warmup_ms, rep_ms=rep_ms, cuda_graph=cuda_graph)
+        suspect = timing_problems(call, t) if probes else []
     except NotImplementedError as e:
         rec.status = f"skipped: unsupported ({e})"
         return rec
@@ -212,6 +219,9 @@ def _bench_one(spec: OpSpec, case: Case, mode: str, fn: Callable[..., Any], inpu
     line = roofline(cost, t.median_ms, ceil, case.dtype)
     rec.median_ms, rec.p20_ms, rec.p80_ms, rec.host_us = t.median_ms, t.p20_ms, t.p80_ms, t.host_us
     rec.tflops, rec.gbs, rec.pct_sol, rec.bound = line.tflops, line.gbs, line.pct_sol, line.bound
+    if suspect:
+        rec.status = "suspect: " + "; ".join(suspect)
+        warnings.warn(f"kw bench {rec.op} {rec.case} {rec.mode} {rec.provider}: {rec.status}", stacklevel=2)
     return flag_beyond_speed_of_light(rec)
 
 

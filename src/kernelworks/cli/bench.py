@@ -18,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default: the spec's bench modes)")
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
     p.add_argument("--cuda-graph", action="store_true", help="replay a CUDA graph (kernel time, no launch gaps)")
+    p.add_argument("--no-probes", action="store_true",
+                   help="skip the probes for work the timing missed (side streams, threads, lazy results)")
     p.add_argument("--save", nargs="?", const="benchmarks/results", default=None, metavar="DIR",
                    help="write DIR/<gpu>/<op>.json (default DIR: benchmarks/results)")
     p.add_argument("--plot", metavar="DIR", help="also write PNG plots into DIR")
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     for t in targets:
         spec = load_spec(t)
         records = run_bench(spec, args.case, providers=providers, modes=args.mode, ceil=ceil,
-                            tags=["quick"] if args.quick else None, cuda_graph=args.cuda_graph)
+                            tags=["quick"] if args.quick else None, cuda_graph=args.cuda_graph,
+                            probes=not args.no_probes)
         print(f"\n{spec.name}")
         print(bench_table(records, subject=spec.subject))
         result = {"op": spec.name, "environment": env, "records": [r.as_dict() for r in records]}

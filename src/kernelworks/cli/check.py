@@ -19,9 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--adversarial", action="store_true",
-                   help="also probe for cheats: results cached by address or shape, outputs ignoring an input")
+                   help="also probe for cheats: results cached by address or shape, outputs ignoring an input, "
+                        "a lower precision than the dtype promises, hard-coded sizes")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="print each failure's full text after its op's table (cells show one line)")
+                   help="print each failure's full text after its op's table (cells show one line), and the "
+                        "probes that could not run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         details = failure_details(results, markdown=args.markdown) if args.verbose else ""
         if details:
             print("\n" + details, flush=True)
+        notes = [f"{r.op} · {r.case.id} · {r.mode} · {r.provider}: {n}" for r in results for n in r.notes]
+        if args.verbose and notes:
+            print("\n" + "\n".join(notes), flush=True)
         p, f, s = summarize(results)
         passed, failed, skipped = passed + p, failed + f, skipped + s
     print(f"\n{where_checks_run()}: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
