@@ -30,7 +30,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--tokens", type=int, default=8192)
 ap.add_argument("--out")
 args = ap.parse_args()
-N, H, I = args.tokens, 4096, 14336
+N, H, INNER = args.tokens, 4096, 14336
 g = torch.Generator(device="cuda").manual_seed(0)
 
 
@@ -38,7 +38,8 @@ def make(*shape, scale=1.0):
     return (scale * torch.randn(shape, device="cuda", generator=g)).bfloat16().requires_grad_()
 
 
-x, wg, wu, wd = make(N, H), make(I, H, scale=H ** -0.5), make(I, H, scale=H ** -0.5), make(H, I, scale=I ** -0.5)
+x, wg, wu = make(N, H), make(INNER, H, scale=H ** -0.5), make(INNER, H, scale=H ** -0.5)
+wd = make(H, INNER, scale=INNER ** -0.5)
 grad_y = torch.randn(N, H, device="cuda", generator=g).bfloat16()
 
 
@@ -87,9 +88,9 @@ for name, fn in VARIANTS.items():
             fn(x, wg, wu, wd).backward(grad_y)
         for t in (x, wg, wu, wd):
             t.grad = None
-        saved = {}
+        saved: dict[int, int] = {}
 
-        def pack(t):
+        def pack(t, saved=saved):
             saved[t.data_ptr()] = t.numel() * t.element_size()
             return t
 
@@ -129,7 +130,7 @@ rows[0]["live_at_backward_peak"] = where()
 
 env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
            commit=os.environ.get("KERNELWORKS_COMMIT") or git_commit(Path(__file__).resolve().parents[2]),
-           tokens=N, hidden=H, intermediate=I)
+           tokens=N, hidden=H, intermediate=INNER)
 if args.out:
     with open(args.out, "w") as f:
         json.dump(dict(environment=env, rows=rows), f, indent=1)
