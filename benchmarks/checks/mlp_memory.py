@@ -22,6 +22,7 @@ from torch.nn import functional
 
 import kernelworks as kw
 from kernelworks.bench.results import git_commit
+from kernelworks.runtime import replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from memory import peak_live
@@ -57,7 +58,72 @@ def liger(x, wg, wu, wd):
     return functional.linear(LigerSiLUMulFunction.apply(functional.linear(x, wg), functional.linear(x, wu)), wd)
 
 
-VARIANTS = {"kw.gated_mlp": kw.gated_mlp, "linear + kw.swiglu": with_swiglu, "torch": plain, "liger swiglu": liger}
+def variant_of_ours(block: bool = True, accum: torch.dtype = torch.float32):
+    """kw.gated_mlp with its backward's knobs set: blocks of the layer's width or one block, grad_x's
+    accumulator dtype."""
+    from kernelworks.ops.activation import mlp
+
+    def run(*tensors):
+        saved = mlp.inner_block, mlp.GRAD_X_ACCUM
+        mlp.GRAD_X_ACCUM = accum
+        if not block:
+            mlp.inner_block = lambda hidden, inner: inner
+        try:
+            with replay.paused():  # the knobs are read by the body: no replay recorded under others
+                return _Deferred(kw.gated_mlp(*tensors), (block, accum))
+        finally:
+            mlp.inner_block, mlp.GRAD_X_ACCUM = saved
+    return run
+
+
+class _Deferred:
+    """The output of a knob-set variant: its backward runs with the same knobs."""
+
+    def __init__(self, out, knobs):
+        self.out, self.knobs = out, knobs
+
+    def backward(self, grad):
+        from kernelworks.ops.activation import mlp
+
+        block, accum = self.knobs
+        saved = mlp.inner_block, mlp.GRAD_X_ACCUM
+        mlp.GRAD_X_ACCUM = accum
+        if not block:
+            mlp.inner_block = lambda hidden, inner: inner
+        try:
+            with replay.paused():
+                self.out.backward(grad)
+        finally:
+            mlp.inner_block, mlp.GRAD_X_ACCUM = saved
+
+
+VARIANTS = {"kw.gated_mlp": kw.gated_mlp, "kw.gated_mlp, one block": variant_of_ours(block=False),
+            "kw.gated_mlp, bf16 grad_x": variant_of_ours(accum=torch.bfloat16),
+            "linear + kw.swiglu": with_swiglu, "torch": plain, "liger swiglu": liger}
+
+
+def trace_backward() -> list[str]:
+    """The allocator's alloc/free events of one kw.gated_mlp backward, in order, with the line that asked."""
+    y = kw.gated_mlp(x, wg, wu, wd)
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
+    try:
+        before = torch.cuda.memory._snapshot()
+        y.backward(grad_y)
+        torch.cuda.synchronize()
+        after = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    dev = torch.cuda.current_device()
+    out, live = [], 0
+    for e in after["device_traces"][dev][len(before["device_traces"][dev]):]:
+        if e["action"] not in ("alloc", "free_completed"):
+            continue
+        live += e["size"] if e["action"] == "alloc" else -e["size"]
+        frames = [f"{Path(f['filename']).name}:{f['line']}" for f in e.get("frames") or []
+                  if not f["filename"].startswith("<")][:3]
+        out.append(f"{e['action'][:5]} {e['size'] / 1e6:8.1f} MB  live {live / 1e6:8.1f}  {' < '.join(frames)}")
+    return out
 
 
 def where() -> str:
@@ -127,6 +193,9 @@ for name, fn in VARIANTS.items():
         t.grad = None
     torch.cuda.empty_cache()
 rows[0]["live_at_backward_peak"] = where()
+for t in (x, wg, wu, wd):
+    t.grad = None
+rows[0]["backward_trace"] = trace_backward()
 
 env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
            commit=os.environ.get("KERNELWORKS_COMMIT") or git_commit(Path(__file__).resolve().parents[2]),
@@ -143,3 +212,5 @@ for r in rows:
     print(f"{r['variant']:20s} {r['saved_gb']:9.3f} {r['fwd_extra_peak_gb']:9.3f} {r['bwd_extra_peak_gb']:9.3f} "
           f"{r['ms']:7.2f}")
 print("kw.gated_mlp, live at the backward's peak:", rows[0]["live_at_backward_peak"])
+print("kw.gated_mlp's backward, allocator events:")
+print("\n".join(rows[0]["backward_trace"]))

@@ -47,6 +47,10 @@ def _forward_fake(x, gate_weight, up_weight, down_weight, act):
     return x.new_empty((n, down_weight.shape[0])), x.new_empty((n, inner)), x.new_empty((n, inner))
 
 
+GRAD_X_ACCUM = torch.float32
+"""dtype of ``grad_x``'s accumulator across the backward's blocks."""
+
+
 def inner_block(hidden: int, inner: int) -> int:
     """Intermediate columns per step of the backward: the layer's width rounded up to a multiple of 8
     (16-byte aligned 16-bit views), so that each step's temporaries, ``[tokens, block]``, are about the size
@@ -79,7 +83,7 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
     one_block = block == inner
     acc = None
     if need_x and not one_block:
-        acc = torch.zeros((n, hidden), dtype=torch.float32, device=x.device)
+        acc = torch.zeros((n, hidden), dtype=GRAD_X_ACCUM, device=x.device)
     grad_x = none
     for start in range(0, inner, block):
         cols = slice(start, min(start + block, inner))
