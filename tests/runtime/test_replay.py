@@ -238,9 +238,9 @@ def test_unrecordable_bodies_keep_the_ordinary_path(launches):
 
 
 def test_recording_frees_what_the_body_drops(launches):
-    """A body's temporaries are freed when it drops them, while it is being recorded as on the ordinary path
-    (a recording that held them raised the call's peak memory by every buffer freed early), and the
-    recording still replays: a later allocation that reuses a dead temporary's id is a new root."""
+    """A body's temporaries are freed when it drops them — while it is being recorded, as on the ordinary path,
+    and by the replay, right after their last use (holding them raised the call's peak memory by every buffer
+    freed early) — and a later allocation that reuses a dead temporary's id is a new root."""
     dead_inside = []
 
     def body(go, x):
@@ -262,6 +262,11 @@ def test_recording_frees_what_the_body_drops(launches):
     launches.clear()
     out = op(x)
     assert len(launches) == 2 and launches[1][1][0] == out.data_ptr()
+    # the replay drops the temporary after its last launch, before the next allocation, and keeps the output
+    source = next(v for v in op._memo.values() if callable(v)).source.splitlines()
+    freed = source.index("    del t0")
+    assert freed < next(i for i, line in enumerate(source) if line.startswith("    t1 = "))
+    assert not any(line.startswith("    del") and "t1" in line for line in source)
 
 
 def test_outputs_views_fills_and_constants(launches):

@@ -464,8 +464,42 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
         inner = ", ".join(emit(i) for i in items)
         return f"({inner},)" if kind is tuple else f"[{inner}]"
 
+    def roots_in(t: object) -> Iterator[tuple]:
+        """The roots a template refers to."""
+        if t[0] == "tensor":
+            yield t[1]
+        elif t[0] != "value":
+            for item in (t[1].values() if t[0] is dict else t[1]):
+                yield from roots_in(item)
+
+    def local(root: tuple) -> str | None:
+        """The local variable holding a root made by the body (``t3``, ``o5``), None for arguments/constants."""
+        return root_name(root).split("[")[0] if root[0] in ("alloc", "op") else None
+
+    # A local is deleted right after the last action that uses it, as the body drops it on the ordinary path:
+    # a replay that held every buffer until it returned would raise the call's peak by each temporary freed
+    # early (the blocks of kw.gated_mlp's backward, the logits chunk of the fused loss). The GPU work already
+    # enqueued keeps the memory safe: the caching allocator reuses a block only in stream order.
+    returned = {local(r) for r in roots_in(template)}
+    last_use: dict[str, int] = {}
+    for i, action in enumerate(rec.actions):
+        if action[0] == "alloc":
+            used = [("alloc", action[1])]
+        elif action[0] == "op":
+            used = [("op", action[1], 0), *roots_in(action[3]), *roots_in(action[4])]
+        else:
+            used = [ref[1] for ref in action[3] if ref[0] == "ptr"]
+        for root in used:
+            name = local(root)
+            if name is not None:
+                last_use[name] = i
+    dead_after: dict[int, list[str]] = {}
+    for name, i in last_use.items():
+        if name not in returned:
+            dead_after.setdefault(i, []).append(name)
+
     body = ["    s = stream(current_device())"]
-    for action in rec.actions:
+    for i, action in enumerate(rec.actions):
         if action[0] == "alloc":
             _, j, shape, strides, dtype, device = action
             body.append(f"    t{j} = empty_strided({const(shape)}, {const(strides)}, dtype={const(dtype)}, "
@@ -486,6 +520,8 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
                     items.append(const(ref[1]))
             items.extend(const(v) for v in tail)
             body.append(f"    {const(direct)}({grid[0]}, {grid[1]}, {grid[2]}, s, ({', '.join(items)},))")
+        if i in dead_after:
+            body.append(f"    del {', '.join(sorted(dead_after[i]))}")
 
     body.append(f"    return {emit(template)}")
     params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
