@@ -48,7 +48,8 @@ def _forward_fake(x, gate_weight, up_weight, down_weight, act):
 
 
 GRAD_X_ACCUM = torch.float32
-"""dtype of ``grad_x``'s accumulator across the backward's blocks."""
+"""dtype of ``grad_x``'s accumulator across the backward's blocks (``benchmarks/checks/mlp_memory.py`` tries
+bfloat16). The backward body reads it, so change it only under ``kernelworks.runtime.replay.paused()``."""
 
 
 def inner_block(hidden: int, inner: int) -> int:
