@@ -313,7 +313,10 @@ def test_backward_compiles_for_sm90():
 
 
 def test_hopper_warp_specialized_config_compiles():
-    (r,) = inspect_op(MATMUL_SPEC, "square-4096", "sm_90", config={"FLATTEN": False, "WARP_SPECIALIZE": True})
+    config = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3, "EPI_SPLIT": 2,
+              "FLATTEN": False, "WARP_SPECIALIZE": True}  # a whole plan: configs run under the spec's hook
+    assert config in MATMUL_SPEC.configs
+    (r,) = inspect_op(MATMUL_SPEC, "square-4096", "sm_90", config=config)
     assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
 
 

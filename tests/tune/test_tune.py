@@ -149,3 +149,63 @@ def test_cli_refuses_untunable_specs_and_machines_without_a_gpu(capsys):
     if not torch.cuda.is_available():
         assert main(["tune", "matmul"]) == 2
         assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def _launched(monkeypatch, module) -> list[dict]:
+    """The constexprs and warps of every launch ``module`` makes (the real launch still runs)."""
+    seen = []
+    real = module.launch
+
+    def spy(kernel, grid, *args, num_warps, **constexprs):
+        seen.append({"num_warps": num_warps, **constexprs})
+        return real(kernel, grid, *args, num_warps=num_warps, **constexprs)
+
+    monkeypatch.setattr(module, "launch", spy)
+    return seen
+
+
+@pytest.mark.parametrize(("op", "config"), [
+    ("cross_entropy", {"TILE": 16, "ONE_TILE": False, "num_warps": 2}),
+    ("gated_delta_decode", {"BLOCK_V": 8, "num_warps": 2}),
+])
+def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config):
+    """Each tunable op's ``configured`` hook reaches its kernel's launch, and the forced plan still computes the
+    reference's answer (the interpreter runs it)."""
+    from kernelworks.check import check_case
+    from kernelworks.ops.cross_entropy import kernels as ce_kernels
+    from kernelworks.ops.gated_delta import decode
+    from kernelworks.spec import registry
+
+    spec = registry()[op]
+    assert spec.configs and spec.configured is not None
+    seen = _launched(monkeypatch, ce_kernels if op == "cross_entropy" else decode)
+    case = next(c for c in spec.check_cases if "gpu" not in c.tags)
+    with spec.configured(config):
+        results = check_case(spec, case, device=torch.device("cpu"), seed=0)
+    tuned = [launch for launch in seen if set(config) - {"num_warps"} <= set(launch)]  # the tuned kernel's
+    assert tuned and all(launch[k] == v for launch in tuned for k, v in config.items()), seen
+    failed = [r for r in results if not r.passed and not r.skipped]
+    assert not failed, failed
+
+
+def test_a_one_tile_plan_too_small_for_the_rows_is_refused():
+    from kernelworks.ops.cross_entropy import kernels
+
+    x = torch.randn(2, 40)
+    with kernels.FORCED_PLAN.forced({"TILE": 16, "ONE_TILE": True, "num_warps": 1}), \
+            pytest.raises(ValueError, match="one-tile plan of 16 columns"):
+        kernels.cross_entropy_fwd(x, torch.zeros(2, dtype=torch.long), torch.empty(2), torch.ones(1), None,
+                                  ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None)
+
+
+def test_shipped_tables_match_the_sources_they_were_tuned_on():
+    """An edit of a tuned kernel or its launcher makes its table stale (the op silently plans with its
+    heuristic): this test makes the edit visible — re-run ``kw tune OP --write`` on that GPU, or, when the edit
+    cannot change a plan, restamp the entries' source hash."""
+    import json
+
+    from kernelworks.ops.gemm.forward import TUNED
+
+    for path in TUNED.folder.glob("*.json"):
+        for bucket, entry in json.loads(path.read_text())["entries"]["matmul"].items():
+            assert entry["source"] == TUNED.source_hash(), f"{path.name} {bucket}: stale source hash"

@@ -32,6 +32,7 @@ from kernelworks.ops.softmax import online_max_sum
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.plans import ForcedPlan
 
 ONE_TILE_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
 """Longest row (32768: Llama-2/Mistral vocabularies) the kernel keeps whole in registers as fp32, reading
@@ -44,9 +45,17 @@ spilling past it. Longer rows are streamed in tiles and read twice."""
 LOOP_TILE, LOOP_WARPS = 8192, 16
 LOOP_TILE_LONG, LOOP_WARPS_LONG = 16384, 32
 ONE_TILE_WARPS = 32
-"""Measured on the H100 (benchmarks/sweeps/cross_entropy_plan.py, 8192 × 32000 bf16, loss + gradient):
-one tile on 8/16/32 warps 494/460/438 µs; looped 8192/16 449 µs. At 128256 columns the looped settings
-lie within 5% of each other (16384/32 best, 1934 µs: 3 passes of the logits at 3.0 TB/s)."""
+"""Measured on the H100 (the sweep script since replaced by ``kw tune cross_entropy``, 8192 × 32000 bf16,
+loss + gradient): one tile on 8/16/32 warps 494/460/438 µs; looped 8192/16 449 µs. At 128256 columns the
+looped settings lie within 5% of each other (16384/32 best, 1934 µs: 3 passes of the logits at 3.0 TB/s)."""
+
+FORCED_PLAN: ForcedPlan[dict] = ForcedPlan("cross_entropy")
+"""A plan (``TILE``, ``ONE_TILE``, ``num_warps``) forced on :func:`cross_entropy_fwd` (``kw tune``'s hook)."""
+
+CONFIGS = [{"TILE": 32768, "ONE_TILE": True, "num_warps": w} for w in (8, 16, 32)] + [
+    {"TILE": t, "ONE_TILE": False, "num_warps": w} for t, w in ((4096, 8), (8192, 16), (8192, 32), (16384, 16),
+                                                                (16384, 32))]
+"""``kw tune cross_entropy``'s space: one 32768-column tile (rows that fit) or a looped tile, with warps."""
 
 SCALE_BLOCK, SCALE_WARPS, SCALE_PROGRAMS = 2048, 4, 2112
 """The scaling pass is elementwise: the activation family's sweep found 2048-element tiles with 4 warps
@@ -276,7 +285,9 @@ def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
     (fp32, scaled) and, when ``dx`` is given (``[N, V]``, unit column stride, may be ``x``), the gradient.
     ``scale`` holds one element (one scale for all rows) or ``N`` (one per row)."""
     n_rows, n_cols = x.shape
-    opts = plan(n_cols, softcap is not None)
+    opts = FORCED_PLAN.get() or plan(n_cols, softcap is not None)
+    if opts["ONE_TILE"] and opts["TILE"] < n_cols:
+        raise ValueError(f"plan: a one-tile plan of {opts['TILE']} columns cannot hold rows of {n_cols}")
     if scale.numel() not in (1, n_rows):
         raise ValueError(f"scale: expected 1 or {n_rows} values, got shape {tuple(scale.shape)}")
     scale = scale.reshape(-1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelworks.ops.cross_entropy import reference
+from kernelworks.ops.cross_entropy import kernels, reference
 from kernelworks.ops.cross_entropy.api import cross_entropy
 from kernelworks.ops.cross_entropy.fused_linear import fused_linear_cross_entropy
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
@@ -257,6 +257,8 @@ CROSS_ENTROPY_SPEC = register(OpSpec(
     providers={"kernelworks": Provider("kernelworks", cross_entropy), **_liger(_liger_cross_entropy)},
     grad_inputs=("logits",),
     bench_step=True,
+    configs=kernels.CONFIGS,  # the forward kernel's tile and warps (fused_linear_cross_entropy runs it too)
+    configured=lambda config: kernels.FORCED_PLAN.forced(dict(config)),
 ))
 
 FUSED_LINEAR_CROSS_ENTROPY_SPEC = register(OpSpec(

@@ -20,6 +20,7 @@ from kernelworks.ops.gated_delta.reference import L2NORM_EPS
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.plans import ForcedPlan
 
 _EPS = tl.constexpr(L2NORM_EPS)
 
@@ -83,11 +84,21 @@ def _gated_delta_decode_kernel(
     tl.store(p_o + i_b * s_ob + i_h * s_oh + o_v, b_o.to(p_o.dtype.element_ty), mask=m_v)
 
 
+FORCED_PLAN: ForcedPlan[dict] = ForcedPlan("gated_delta_decode")
+"""``BLOCK_V`` (state rows per program) and ``num_warps`` forced on the decode kernel (``kw tune``'s hook)."""
+
+CONFIGS = [{"BLOCK_V": bv, "num_warps": w} for bv in (8, 16, 32, 64) for w in (1, 2, 4, 8)
+           if bv * 128 // (w * 32) <= 128]
+"""``kw tune gated_delta_decode``'s space: V rows per program × warps, at most 128 state values a thread (K
+128)."""
+
+
 @cached_plan
 def _plan(batch: int, heads: int, K: int, V: int) -> tuple[int, int, int]:
     """``(BLOCK_K, BLOCK_V, num_warps)``: the whole K row in the tile (coalesced 512-byte rows of the
     K-contiguous state), 32 V rows on 8 warps (16 fp32 values a thread), halved down to 8 rows while that
-    leaves fewer than 4 programs per SM. Measured on an H200 (benchmarks/sweeps/gated_delta_decode_plan.py,
+    leaves fewer than 4 programs per SM. Measured on an H200 (a sweep script since replaced by ``kw tune
+    gated_delta_decode``,
     H_v 32, K = V = 128): 32/8 moved 3649 and 3886 GB/s of state at batch 64 and 256, against 2914 and 3189
     for the first plan (64 rows on 4 warps: 137 registers, 3 blocks an SM); 32 rows on 1 warp matched it
     with 254 registers (12% occupancy), so the occupancy-friendly one is kept. Batch 1 is latency-bound
@@ -112,6 +123,9 @@ def gated_delta_decode_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     H_v, V = v.shape[1], v.shape[2]
     o = empty((B, H_v, V), dtype=v.dtype, device=v.device)
     block_k, block_v, warps = _plan(B, H_v, K, V)
+    forced = FORCED_PLAN.get()
+    if forced is not None:
+        block_v, warps = forced["BLOCK_V"], forced["num_warps"]
     w = write_strength if write_strength is not None else beta
     A = A_log if A_log is not None else g  # unused pointers (constexpr-disabled) are stand-ins
     dtb = dt_bias if dt_bias is not None else g

@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 from torch.nn import functional
 
-from kernelworks.ops.gated_delta import api, reference
+from kernelworks.ops.gated_delta import api, decode, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, default_tolerance, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -315,8 +315,9 @@ DECODE_SPEC = register(OpSpec(
         # last: it mutates the inputs, so no provider may run after it on the same inputs
         "kw in-place": Provider("kw in-place", _decode_in_place, gpu_only=True),
     },
-    # the tuner's space: V rows per program (programs to fill 132 SMs vs. registers) and warps
-    configs=[{"BLOCK_V": bv, "num_warps": w} for bv in (16, 32, 64) for w in (2, 4, 8)],
+    # the tuner's space: V rows per program (programs to fill the SMs vs. registers) and warps
+    configs=decode.CONFIGS,
+    configured=lambda config: decode.FORCED_PLAN.forced(dict(config)),
 ))
 
 def _prefill_tolerance(dtype: torch.dtype) -> Tolerance:

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,10 @@ import torch
 from kernelworks.ops.gemm import hopper, tiled
 from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
 from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
-from kernelworks.runtime import replay
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.plans import ForcedPlan
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 from kernelworks.runtime.tuned import TunedTable
 
@@ -82,20 +81,14 @@ class Plan:
     Hopper kernel always reduces inline."""
 
 
-_FORCED_PLAN: ContextVar[Plan | None] = ContextVar("kernelworks_gemm_forced_plan", default=None)
+_FORCED_PLAN: ForcedPlan[Plan] = ForcedPlan("gemm")
 
 
-@contextmanager
-def forced_plan(plan: Plan) -> Iterator[None]:
-    """Within the block, every ``matmul``/``fp8_matmul`` launch uses ``plan`` instead of
-    :func:`matmul_plan`'s choice (config sweeps and tests; ``SPLIT_K`` is still rounded to whole K blocks).
-    A ``tma`` plan for operands the Hopper kernel cannot read raises ``ValueError``."""
-    token = _FORCED_PLAN.set(plan)
-    try:
-        with replay.paused():  # replays recorded outside would not read the forced plan
-            yield
-    finally:
-        _FORCED_PLAN.reset(token)
+def forced_plan(plan: Plan) -> AbstractContextManager[None]:
+    """Within the block, every ``matmul``/``fp8_matmul``/``grouped_matmul`` launch uses ``plan`` instead of its
+    own choice (``kw tune``, sweeps, tests; ``SPLIT_K`` is still rounded to whole K blocks). A ``tma`` plan for
+    operands the Hopper kernel cannot read raises ``ValueError``."""
+    return _FORCED_PLAN.forced(plan)
 
 
 def decode_split(tiles: int, k: int, block_k: int, n_sms: int, *, min_blocks: int = 4,

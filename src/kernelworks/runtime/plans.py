@@ -1,0 +1,42 @@
+"""Launch plans forced from outside an op: what ``kw tune`` (through a spec's ``configured``), sweeps and tests
+use to make an op launch a given plan instead of its own choice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Generic, TypeVar
+
+from kernelworks.runtime import replay
+
+_P = TypeVar("_P")
+
+
+class ForcedPlan(Generic[_P]):
+    """One op's forced launch plan, per context (thread, task). The op's launcher asks :meth:`get` before
+    planning; None means "plan as usual"::
+
+        FORCED = ForcedPlan[dict]("cross_entropy")
+        opts = FORCED.get() or plan(n_cols)          # in the launcher
+        with FORCED.forced({"TILE": 8192, ...}):     # in a tuner, a sweep or a test
+            op(...)
+    """
+
+    def __init__(self, op: str) -> None:
+        self._plan: ContextVar[_P | None] = ContextVar(f"kernelworks_{op}_forced_plan", default=None)
+
+    def get(self) -> _P | None:
+        """The plan forced in this context, None when there is none."""
+        return self._plan.get()
+
+    @contextmanager
+    def forced(self, plan: _P) -> Iterator[None]:
+        """Within the block the op launches ``plan``. Replays are paused there: a call replayed from a record
+        made outside would not read the forced plan."""
+        token = self._plan.set(plan)
+        try:
+            with replay.paused():
+                yield
+        finally:
+            self._plan.reset(token)
