@@ -168,7 +168,7 @@ def _launched(monkeypatch, module) -> list[dict]:
     ("cross_entropy", {"TILE": 16, "ONE_TILE": False, "num_warps": 2}),
     ("gated_delta_decode", {"BLOCK_V": 8, "num_warps": 2}),
 ])
-def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config):
+def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config, device):
     """Each tunable op's ``configured`` hook reaches its kernel's launch, and the forced plan still computes the
     reference's answer (the interpreter runs it)."""
     from kernelworks.check import check_case
@@ -181,7 +181,7 @@ def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config):
     seen = _launched(monkeypatch, ce_kernels if op == "cross_entropy" else decode)
     case = next(c for c in spec.check_cases if "gpu" not in c.tags)
     with spec.configured(config):
-        results = check_case(spec, case, device=torch.device("cpu"), seed=0)
+        results = check_case(spec, case, device=device, seed=0)
     tuned = [launch for launch in seen if set(config) - {"num_warps"} <= set(launch)]  # the tuned kernel's
     assert tuned and all(launch[k] == v for launch in tuned for k, v in config.items()), seen
     failed = [r for r in results if not r.passed and not r.skipped]
