@@ -254,6 +254,10 @@ class Outcome:
     message: str = ""
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _tail(output: str, lines: int = 12) -> str:
     kept = [x for x in output.splitlines() if x.strip()]
     return "\n".join(kept[-lines:])
@@ -266,8 +270,8 @@ def judge(tool: str, log: SanitizerLog, returncode: int | None, output: str, *, 
     because of what it reports. A run that did not finish says so first (``TOOL did not finish: …``)."""
     found = "\n\n".join(log.first_errors())
     if log.errors:
-        warned = f" and {log.warnings} warning(s)" if log.warnings else ""
-        return Outcome("errors", f"{tool}: {log.errors} error(s){warned}" + (f": {found}" if found else ""))
+        warned = f" and {_plural(log.warnings, 'warning')}" if log.warnings else ""
+        return Outcome("errors", f"{tool}: {_plural(log.errors, 'error')}{warned}" + (f": {found}" if found else ""))
     also = f"\n\nthe log:\n{found}" if found else ""
     said = f"\nits last output:\n{_tail(output)}" if output.strip() else ""
     if timed_out:
