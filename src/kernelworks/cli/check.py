@@ -15,7 +15,8 @@ import sys
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run an op's correctness checklist",
                        description="Check every case of a spec against its reference: tolerance rule, "
-                                   "NaN-poisoned outputs, repeat-run race detection, gradients.")
+                                   "NaN-poisoned outputs, repeat-run race detection, gradients. With --sanitize "
+                                   "(GPU), each case also runs under compute-sanitizer, one row per tool.")
     p.add_argument("target", nargs="+", help="registered op name(s), 'all', or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="only this case (name or id); repeatable")
     p.add_argument("--provider", help="provider to check (default: the spec's subject, ours)")
