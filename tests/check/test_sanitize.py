@@ -200,6 +200,8 @@ def test_judge_clean_skip_and_errors():
     assert judge("memcheck", parse_log(CLEAN), 0, "kw-sanitize: ran").status == "clean"
     out = judge("memcheck", parse_log(CLEAN), SKIPPED, f"{SKIP_MARK}liger_kernel is not installed\n")
     assert (out.status, out.message) == ("skipped", "liger_kernel is not installed")
+    out = judge("memcheck", parse_log(""), SKIPPED, f"{SKIP_MARK}unsupported: fp8 needs sm_89\n")
+    assert (out.status, out.message) == ("skipped", "unsupported: fp8 needs sm_89")  # even with no summary
     out = judge("racecheck", parse_log(RACECHECK), ERROR_EXITCODE, "")
     assert out.status == "errors"
     assert out.message.startswith("racecheck: 1 error and 1 warning: Error: Race reported between")

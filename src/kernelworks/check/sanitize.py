@@ -277,11 +277,11 @@ def judge(tool: str, log: SanitizerLog, returncode: int | None, output: str, *, 
     if timed_out:
         return Outcome("failed", f"{tool} did not finish: timed out after {timeout:.0f} s (raise it with "
                                  f"--sanitize-timeout){said}{also}")
+    if returncode == SKIPPED and SKIP_MARK in output:  # the child chose not to run (it may not have touched CUDA)
+        return Outcome("skipped", output.split(SKIP_MARK, 1)[1].splitlines()[0].strip())
     if log.errors is None:
         return Outcome("failed", f"{tool} did not finish: it exited (status {returncode}) without an error "
                                  f"summary{said}{also}")
-    if returncode == SKIPPED and SKIP_MARK in output:
-        return Outcome("skipped", output.split(SKIP_MARK, 1)[1].splitlines()[0].strip())
     if returncode == 0:
         return Outcome("clean")
     if returncode == ERROR_EXITCODE:
