@@ -21,20 +21,38 @@ def _resolve(spec: OpSpec | str) -> OpSpec:
 
 
 def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: str | None = None,
-          seed: int = 0, verbose: bool = True, adversarial: bool = False) -> list:
+          seed: int = 0, verbose: bool = True, adversarial: bool = False,
+          sanitize: bool | str | Iterable[str] = False, sanitize_timeout: float | None = None) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
     ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs, a lower
-    precision than the dtype promises, hard-coded sizes).
+    precision than the dtype promises, hard-coded sizes). ``sanitize`` (GPU) adds each case run under
+    compute-sanitizer, one result per case and tool (``True``: memcheck, racecheck, initcheck, synccheck; or
+    tool names), each a fresh process limited to ``sanitize_timeout`` seconds (default per tool); it raises
+    ``RuntimeError`` saying what is missing where it cannot run (no GPU, no compute-sanitizer).
 
     Example::
 
         results = kernelworks.check("softmax")
         assert all(r.passed or r.skipped for r in results)
+        kernelworks.check("softmax", ["odd_rows"], sanitize=["memcheck"])   # on a GPU
     """
     from kernelworks.check import check_table, run_check
 
     s = _resolve(spec)
+    tools: tuple[str, ...] = ()
+    if sanitize is not False:
+        from kernelworks.check.sanitize import parse_tools, unavailable
+
+        tools = parse_tools(sanitize)
+        why = unavailable()
+        if why:  # before the checklist runs, as `kw check --sanitize` does
+            raise RuntimeError(f"kw check --sanitize cannot run here:\n{why}")
     results = run_check(s, cases, provider=provider, seed=seed, progress=verbose, adversarial=adversarial)
+    if tools:
+        from kernelworks.check.sanitize import run_sanitize
+
+        results += run_sanitize(s, cases, tools=tools, provider=provider, seed=seed, timeout=sanitize_timeout,
+                                progress=verbose)
     if verbose:
         print(check_table(results))
     return results

@@ -11,6 +11,9 @@ For each case, on fresh seeded inputs:
 5. with ``adversarial``, the probes of :mod:`kernelworks.check.adversarial` on the forward (results cached
    by address or shape, outputs that ignore an input, a lower precision than the dtype promises, sizes
    hard-coded).
+
+``kw check --sanitize`` adds, per case and tool, a run under NVIDIA's compute-sanitizer in a child process
+(:mod:`kernelworks.check.sanitize`); its results are :class:`CaseResult` too, with ``tool`` set.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class CaseResult:
     skipped: str = ""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # what did not run and why (a probe skipped), not failures
+    tool: str = ""  # the compute-sanitizer tool this run was watched by (kernelworks.check.sanitize); "": none
 
     @property
     def passed(self) -> bool:
@@ -185,15 +189,22 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
     return list(results.values())
 
 
+def select_cases(spec: OpSpec, cases: Iterable[str] | None = None, tags: Iterable[str] | None = None) -> list[Case]:
+    """The check cases of ``spec`` named in ``cases`` (all when None) that carry one of ``tags`` (any when
+    None). Case ``i`` of this list is checked with seed ``seed + i``, by the checklist and the sanitizer alike."""
+    chosen = spec.find_cases(cases, bench=False)
+    if tags is not None:
+        wanted = set(tags)
+        chosen = [c for c in chosen if c.tags & wanted]
+    return chosen
+
+
 def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str | None = None,
               device: torch.device | None = None, seed: int = 0, tags: Iterable[str] | None = None,
               progress: bool = False, adversarial: bool = False) -> list[CaseResult]:
     """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them;
     ``adversarial`` adds the cheat probes."""
-    chosen = spec.find_cases(cases, bench=False)
-    if tags is not None:
-        wanted = set(tags)
-        chosen = [c for c in chosen if c.tags & wanted]
+    chosen = select_cases(spec, cases, tags)
     iterator: Iterable[tuple[int, Case]] = enumerate(chosen)
     if progress:
         from tqdm import tqdm

@@ -1,4 +1,5 @@
-"""Tables of check results: one row per output compared (forward outputs and each gradient).
+"""Tables of check results: one row per output compared (forward outputs and each gradient), and one per
+compute-sanitizer run (its tool in the output column: ``clean`` or what it found).
 
 A failure's text can be long (an interpreter error carries the kernel's source; a compile error several
 kilobytes): table cells show it on one line, cut to :data:`CELL_CHARS`, and :func:`failure_details` gives
@@ -27,7 +28,7 @@ def one_line(text: str, limit: int = CELL_CHARS) -> str:
 
 def _failures(r: CaseResult) -> list[tuple[str, str]]:
     """``(output, problem)`` for every failure of one result."""
-    return [(c.output, c.problem) for c in r.comparisons if not c.passed] + [("", p) for p in r.problems]
+    return [(c.output, c.problem) for c in r.comparisons if not c.passed] + [(r.tool, p) for p in r.problems]
 
 
 def _rows(results: Sequence[CaseResult], full: bool) -> list[list[str]]:
@@ -35,14 +36,16 @@ def _rows(results: Sequence[CaseResult], full: bool) -> list[list[str]]:
     for r in results:
         head = [r.op, r.case.id, r.mode, r.provider]
         if r.skipped:
-            rows.append([*head, "", "", "", "", "", f"skip ({r.skipped if full else one_line(r.skipped)})"])
+            rows.append([*head, r.tool, "", "", "", "", f"skip ({r.skipped if full else one_line(r.skipped)})"])
             continue
+        if r.tool and not r.problems:
+            rows.append([*head, r.tool, "", "", "", "", "clean"])
         for c in r.comparisons:
             verdict = "ok" if c.passed else f"FAIL: {c.problem if full else one_line(c.problem)}"
             rows.append([*head, c.output, fmt_num(c.max_abs), fmt_num(c.max_rel), fmt_num(c.rel_l2),
                          fmt_num(c.allowed), verdict])
         for p in r.problems:
-            rows.append([*head, "", "", "", "", "", f"FAIL: {p if full else one_line(p)}"])
+            rows.append([*head, r.tool, "", "", "", "", f"FAIL: {p if full else one_line(p)}"])
     return rows
 
 

@@ -1,17 +1,22 @@
 """``kw check OP|FILE:SPEC``: the correctness checklist; exits 1 on any failure.
 
 Each op's table is printed (and flushed) as soon as its cases are done, so a run cut short keeps what it
-found; failures show on one line each, their full text with ``--verbose``."""
+found; failures show on one line each, their full text with ``--verbose``. ``--sanitize`` adds a run of each
+case under every compute-sanitizer tool, one row each (:mod:`kernelworks.check.sanitize`); where it cannot
+run (no GPU, no compute-sanitizer) it refuses before any case runs, saying what is missing, with exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run an op's correctness checklist",
                        description="Check every case of a spec against its reference: tolerance rule, "
-                                   "NaN-poisoned outputs, repeat-run race detection, gradients.")
+                                   "NaN-poisoned outputs, repeat-run race detection, gradients. With --sanitize "
+                                   "(GPU), each case also runs under compute-sanitizer, one row per tool.")
     p.add_argument("target", nargs="+", help="registered op name(s), 'all', or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="only this case (name or id); repeatable")
     p.add_argument("--provider", help="provider to check (default: the spec's subject, ours)")
@@ -21,6 +26,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adversarial", action="store_true",
                    help="also probe for cheats: results cached by address or shape, outputs ignoring an input, "
                         "a lower precision than the dtype promises, hard-coded sizes")
+    p.add_argument("--sanitize", action="store_true",
+                   help="GPU: also run each case (forward, and backward where the op has gradients) under "
+                        "NVIDIA compute-sanitizer, a fresh process per case and tool, one row each: clean, N "
+                        "errors (the first in the details), or did not finish. Slow: seconds to minutes a run")
+    p.add_argument("--sanitize-tools", metavar="TOOLS",
+                   help="comma-separated compute-sanitizer tools (implies --sanitize; default all: "
+                        "memcheck,racecheck,initcheck,synccheck)")
+    p.add_argument("--sanitize-timeout", type=float, metavar="SECONDS",
+                   help="time limit of one sanitizer run (default per tool: memcheck and synccheck 300, "
+                        "initcheck 600, racecheck 900); a run past it fails as 'did not finish'")
+    p.add_argument("--sanitize-logs", metavar="DIR",
+                   help="keep every sanitizer log in DIR (default: a temporary folder keeping only the logs of "
+                        "runs that found something or did not finish)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each failure's full text after its op's table (cells show one line), and the "
                         "probes that could not run")
@@ -31,12 +49,29 @@ def run(args: argparse.Namespace) -> int:
     from kernelworks.check.engine import where_checks_run
     from kernelworks.spec import load_spec, registry
 
+    tools = None
+    if args.sanitize or args.sanitize_tools:
+        from kernelworks.check.sanitize import TOOLS, parse_tools, unavailable
+
+        tools = parse_tools(args.sanitize_tools or TOOLS)
+        why = unavailable()
+        if why:  # refused before any case runs: the checklist alone would read as a pass of --sanitize
+            print(f"kw check --sanitize cannot run here:\n{why}", file=sys.stderr)
+            return 2
     targets = list(registry()) if args.target == ["all"] else args.target
     specs = [load_spec(t) for t in targets]  # every target resolved before the first case runs
     passed = failed = skipped = 0
+    sanitized = []
     for i, spec in enumerate(specs):
-        results = run_check(spec, args.case, provider=args.provider, seed=args.seed,
-                            tags=["quick"] if args.quick else None, progress=True, adversarial=args.adversarial)
+        tags = ["quick"] if args.quick else None
+        results = run_check(spec, args.case, provider=args.provider, seed=args.seed, tags=tags, progress=True,
+                            adversarial=args.adversarial)
+        if tools:
+            from kernelworks.check.sanitize import run_sanitize
+
+            ran = run_sanitize(spec, args.case, tools=tools, provider=args.provider, seed=args.seed, tags=tags,
+                               timeout=args.sanitize_timeout, log_dir=args.sanitize_logs, progress=True)
+            results, sanitized = results + ran, sanitized + ran
         print(("\n" if i else "") + check_table(results, markdown=args.markdown), flush=True)
         details = failure_details(results, markdown=args.markdown) if args.verbose else ""
         if details:
@@ -47,4 +82,8 @@ def run(args: argparse.Namespace) -> int:
         p, f, s = summarize(results)
         passed, failed, skipped = passed + p, failed + f, skipped + s
     print(f"\n{where_checks_run()}: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    if tools:
+        from kernelworks.check.sanitize import sanitize_summary
+
+        print(sanitize_summary(sanitized), flush=True)
     return 1 if failed else 0

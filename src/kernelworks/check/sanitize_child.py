@@ -1,0 +1,96 @@
+"""One check case, run once on the GPU, for compute-sanitizer to watch::
+
+    compute-sanitizer --tool memcheck python -m kernelworks.check.sanitize_child TARGET CASE [--seed N]
+        [--provider NAME]
+
+``TARGET`` is what :func:`~kernelworks.spec.load_spec` resolves (a registered op, ``path/to/file.py:SPEC``);
+``CASE`` a check case's name or id. :func:`kernelworks.check.sanitize.sanitize_case` starts it, one fresh
+process per case and tool, so nothing of the parent (a pytest session, a warm caching allocator, kernels
+already compiled in that process) is inherited. The inputs are the spec's own for the case and seed (the
+ones ``kw check`` makes); the provider's forward runs once, and where the spec declares ``grad_inputs`` (and
+the provider has a backward) it runs with those inputs as leaves and the backward of a random upstream
+gradient follows; then the device is synchronised, so every kernel has finished while the tool watches.
+Nothing is compared: the checklist does that.
+
+Exit status: 0 the case ran; :data:`SKIPPED` it could not run here (the reason on stdout after
+:data:`SKIP_MARK`: a provider not installed, a case the provider does not support); 2 no GPU; anything else
+the case raised (its traceback on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from kernelworks.spec import OpSpec
+
+SKIPPED = 3
+SKIP_MARK = "kw-sanitize-skip: "
+
+
+def run_case(spec: OpSpec, case_name: str, seed: int = 0, provider: str | None = None,
+             device: torch.device | None = None) -> str:
+    """Run ``case_name`` of ``spec`` once (forward, then backward when the spec has gradients) and synchronise;
+    returns the mode that ran (``fwd`` or ``fwd+bwd``). Raises what the provider raises."""
+    import torch
+
+    from kernelworks.check.engine import as_outputs, with_grad_leaves
+    from kernelworks.spec import STEP
+
+    (case,) = spec.find_cases([case_name], bench=False)
+    prov = spec.all_providers()[provider or spec.subject]
+    device = device or torch.device("cuda")
+    torch.manual_seed(seed)
+    inputs = spec.inputs(case, device)
+    names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
+    if names and prov.supports_backward:
+        leaves = with_grad_leaves(inputs, names, None)
+        outs = [o for o in as_outputs(prov.fn(**leaves)) if o.is_floating_point() and o.requires_grad]
+        torch.autograd.grad(outs, [leaves[n] for n in names], [torch.randn_like(o) for o in outs])
+        mode = STEP
+    else:
+        with torch.no_grad():
+            prov.fn(**inputs)
+        mode = "fwd"
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return mode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernelworks.check.sanitize_child",
+                                     description="Run one check case once on the GPU, for compute-sanitizer.")
+    parser.add_argument("target", help="registered op name or path/to/file.py:SPEC")
+    parser.add_argument("case", help="check case name or id")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--provider", help="provider to run (default: the spec's subject)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import kernelworks  # noqa: F401  (the same set-up as any user of the package)
+    from kernelworks.spec import load_spec
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU is visible", file=sys.stderr)
+        return 2
+    spec = load_spec(args.target)
+    ok, why = spec.all_providers()[args.provider or spec.subject].available()
+    if not ok:
+        print(SKIP_MARK + why, flush=True)
+        return SKIPPED
+    try:
+        mode = run_case(spec, args.case, args.seed, args.provider)
+    except NotImplementedError as e:
+        print(SKIP_MARK + f"unsupported: {e}", flush=True)
+        return SKIPPED
+    print(f"kw-sanitize: {args.target} {args.case} {mode} ran", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
