@@ -79,3 +79,40 @@ for _name in ("gelu", "silu"):
 for _name in ("swiglu", "geglu"):
     CASES += _gated_cases(_name)
 CASES += _approximate_cases("gelu", _unary_base()) + _approximate_cases("geglu", _gated_base())
+
+
+# ------------------------------------------------------------------------------------------- gated_mlp
+
+OPS.append(spec_op("gated_mlp", FAMILY, kw.gated_mlp))
+
+
+def _mlp_base(tokens=(5,), dtype=torch.float32):
+    def build():
+        hidden, inner = 16, 24
+        return {"x": torch.randn(*tokens, hidden).to(dtype),
+                "gate_weight": (torch.randn(inner, hidden) / 4).to(dtype),
+                "up_weight": (torch.randn(inner, hidden) / 4).to(dtype),
+                "down_weight": (torch.randn(hidden, inner) / 5).to(dtype)}
+    return build
+
+
+def _mlp_cases() -> list[Case]:
+    """Each tensor's structural hostiles (any layout is taken: the GEMMs read strides; a rank-3 x is a batch
+    of rows), weights of the wrong shape, the activation options, NaN and large values in x."""
+    op, base = "gated_mlp", _mlp_base()
+    out = tensor_cases(op, "x", base, rank_expect=CORRECT)
+    for name in ("gate_weight", "up_weight", "down_weight"):
+        out += tensor_cases(op, name, base)
+        out.append(Case(op, f"{name}-transposed_shape", with_arg(base, name, lambda t, _i: t.t()), ERROR, name))
+    out += [Case(op, "x-3d", _mlp_base((2, 3)), CORRECT), Case(op, "dtype-bf16", _mlp_base(dtype=torch.bfloat16),
+                                                              CORRECT),
+            Case(op, "x-wrong_width", with_arg(base, "x", lambda t, _i: t[:, :-1]), ERROR, "gate_weight")]
+    out += option_cases(op, base, [
+        ("geglu", "activation", "geglu", CORRECT), ("relu", "activation", "relu", ERROR),
+        ("none", "approximate", "none", CORRECT), ("unknown", "approximate", "Tanh", ERROR),
+    ])
+    out += value_cases(op, "x", base, values=("nan", "big"))
+    return out
+
+
+CASES += _mlp_cases()
