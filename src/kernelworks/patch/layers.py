@@ -232,16 +232,18 @@ def causal_lm_loss(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch
     """HF's ``ForCausalLMLoss`` on ``lm_head(hidden)`` without the logits: :func:`kernelworks.
     fused_linear_cross_entropy` on hidden ``[batch, seq, H]`` and ``lm_head.weight [V, H]``; mean over the
     non-ignored tokens, or their sum over ``num_items_in_batch`` (gradient accumulation). float32 result.
-    ``accum_dtype``: the head's weight-gradient accumulator (None: the weight's dtype)."""
+    ``accum_dtype``: the head's weight-gradient accumulator (None: the parameter's dtype, so fp32 master weights
+    under autocast accumulate in fp32)."""
     target = _shifted(labels, shift_labels, ignore_index).to(hidden.device)
     weight, bias = lm_head.weight, lm_head.bias
+    accum_dtype = accum_dtype or weight.dtype  # the parameter's: an fp32 master weight keeps an fp32 accumulator
     if weight.dtype != hidden.dtype:  # autocast: fp32 master weight, 16-bit activations (as the Linear would run)
         weight = weight.to(hidden.dtype)
         bias = None if bias is None else bias.to(hidden.dtype)
     reduction = "mean" if num_items_in_batch is None else "sum"
     loss = kernelworks.fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias=bias,
                                                   ignore_index=ignore_index, reduction=reduction, softcap=softcap,
-                                                  accum_dtype=accum_dtype or weight.dtype)
+                                                  accum_dtype=accum_dtype)
     return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
 
 
