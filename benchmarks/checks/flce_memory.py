@@ -23,7 +23,7 @@ import kernelworks as kw
 from kernelworks.bench.results import git_commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from memory import peak_live
+from memory import peak_live, recorded, site
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--tokens", type=int, default=8192)
@@ -80,21 +80,7 @@ def rel(a, b):
 
 def where(fn, h, w) -> str:
     """The blocks live at the peak of one forward+backward, by allocating file:line (innermost real frame)."""
-    torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
-    try:
-        before = torch.cuda.memory._snapshot()
-        fn(h, w).backward()
-        torch.cuda.synchronize()
-        after = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    dev = torch.cuda.current_device()
-    trace = after["device_traces"][dev][len(before["device_traces"][dev]):]
-
-    def site(frames: list[dict]) -> str:  # the innermost frame outside generated code
-        real = [f for f in frames if not f["filename"].startswith("<")]
-        return f"{Path(real[0]['filename']).name}:{real[0]['line']}" if real else "?"
-
+    before, trace = recorded(lambda: fn(h, w).backward(), max_entries=100_000)
     _, live = peak_live(before, trace, {}, label=site)
     return ", ".join(f"{label} {size / 1e9:.2f} GB" for label, size in Counter(live).most_common(6))
 

@@ -25,7 +25,7 @@ from kernelworks.bench.results import git_commit
 from kernelworks.runtime import replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from memory import peak_live
+from memory import peak_live, recorded, site
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--tokens", type=int, default=8192)
@@ -103,20 +103,11 @@ VARIANTS = {"kw.gated_mlp": kw.gated_mlp, "kw.gated_mlp, one block": variant_of_
 
 
 def trace_backward() -> list[str]:
-    """The allocator's alloc/free events of one kw.gated_mlp backward, in order, with the line that asked."""
+    """The allocator's alloc/free events of one kw.gated_mlp backward, in order, with the lines that asked."""
     y = kw.gated_mlp(x, wg, wu, wd)
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
-    try:
-        before = torch.cuda.memory._snapshot()
-        y.backward(grad_y)
-        torch.cuda.synchronize()
-        after = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    dev = torch.cuda.current_device()
+    _, trace = recorded(lambda: y.backward(grad_y), max_entries=100_000)
     out, live = [], 0
-    for e in after["device_traces"][dev][len(before["device_traces"][dev]):]:
+    for e in trace:
         if e["action"] not in ("alloc", "free_completed"):
             continue
         live += e["size"] if e["action"] == "alloc" else -e["size"]
@@ -127,22 +118,9 @@ def trace_backward() -> list[str]:
 
 
 def where() -> str:
-    torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
-    try:
-        y = kw.gated_mlp(x, wg, wu, wd)
-        before = torch.cuda.memory._snapshot()
-        y.backward(grad_y)
-        torch.cuda.synchronize()
-        after = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    dev = torch.cuda.current_device()
-    trace = after["device_traces"][dev][len(before["device_traces"][dev]):]
-
-    def site(frames):
-        real = [f for f in frames if not f["filename"].startswith("<")]
-        return f"{Path(real[0]['filename']).name}:{real[0]['line']}" if real else "?"
-
+    """The blocks live at the peak of one kw.gated_mlp backward, by allocating file:line."""
+    y = kw.gated_mlp(x, wg, wu, wd)
+    before, trace = recorded(lambda: y.backward(grad_y), max_entries=100_000)
     _, live = peak_live(before, trace, {}, label=site)
     return ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in Counter(live).most_common(10))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import linecache
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -99,22 +100,35 @@ def known_blocks(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
     return known
 
 
-def peak_table(step: Callable[[], object], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               top: int = 20) -> str:
-    """Run ``step`` once under the allocator's recorder; the Markdown table of what is live at its peak."""
+def recorded(fn: Callable[[], object], max_entries: int = 2_000_000) -> tuple[dict, list[dict]]:
+    """Run ``fn`` once under the allocator's history recorder (Python stacks): ``(the snapshot before it, the
+    allocator events it caused)``, as :func:`peak_live` takes them."""
     torch.cuda.synchronize()
-    known = known_blocks(model, optimizer)
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
     try:
         before = torch.cuda.memory._snapshot()
-        step()
+        fn()
         torch.cuda.synchronize()
         after = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     device = torch.cuda.current_device()
-    start = len(before["device_traces"][device])  # events already in the first snapshot precede the step
-    trace = [e for e in after["device_traces"][device][start:] if e["action"] != "snapshot"]
+    start = len(before["device_traces"][device])  # events already in the first snapshot precede fn
+    return before, [e for e in after["device_traces"][device][start:] if e["action"] != "snapshot"]
+
+
+def site(frames: list[dict]) -> str:
+    """``file.py:line`` of the innermost frame outside generated code (a label for :func:`peak_live`)."""
+    real = [f for f in frames if not f["filename"].startswith("<")]
+    return f"{Path(real[0]['filename']).name}:{real[0]['line']}" if real else "?"
+
+
+def peak_table(step: Callable[[], object], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               top: int = 20) -> str:
+    """Run ``step`` once under the allocator's recorder; the Markdown table of what is live at its peak."""
+    torch.cuda.synchronize()
+    known = known_blocks(model, optimizer)
+    before, trace = recorded(step)
     peak, by_owner = peak_live(before, trace, known)
     rows = [f"peak {peak / 1e9:.2f} GB (allocator total during one step)", "",
             "| live at the peak | GB |", "|---|---:|"]
