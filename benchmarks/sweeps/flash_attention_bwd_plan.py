@@ -1,7 +1,9 @@
 """GPU sweep of the flash_attention backward's plan (``backward.BwdPlan``: dK/dV tiles, dQ tiles, warps,
-stages) at B4 H32 S4096, head dims 64 and 128, causal and not, kernel by kernel.
+stages) at B4 H32 S4096 (``--shape``), head dims 64 and 128 (``--d``; 256 too), causal and not, kernel by
+kernel.
 
     PYTHONPATH=src python benchmarks/sweeps/flash_attention_bwd_plan.py --out bwd_sweep.json
+    PYTHONPATH=src python benchmarks/sweeps/flash_attention_bwd_plan.py --d 256 --shape 2,8,4096 --out d256.json
 
 Every variant's gradients are first compared with SDPA flash's (relative L2 < 1e-2 for dq, dk and dv, else
 a FAIL line, not timed); then one backward (the graph built once, ``autograd.grad`` with retained graph)
@@ -29,6 +31,9 @@ VARIANTS = {
          (64, 128, 128, 64, 8, 3, 3), (64, 64, 64, 64, 4, 2, 2)],
     128: [(64, 128, 128, 64, 8, 2, 2), (64, 128, 128, 64, 8, 3, 2), (64, 128, 128, 64, 8, 2, 3),
           (32, 128, 128, 64, 8, 3, 2), (64, 128, 128, 32, 8, 2, 3), (64, 64, 64, 64, 4, 2, 2)],
+    256: [(16, 64, 64, 32, 8, 2, 2), (16, 64, 64, 32, 8, 1, 1), (16, 128, 64, 32, 8, 2, 2),
+          (16, 64, 128, 32, 8, 2, 2), (16, 64, 64, 64, 8, 2, 2), (32, 64, 64, 32, 8, 2, 2),
+          (16, 32, 64, 32, 4, 2, 2), (16, 64, 64, 32, 4, 2, 2), (32, 128, 128, 32, 8, 1, 1)],
 }
 B, H, S = 4, 32, 4096
 
@@ -86,12 +91,17 @@ def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]
 
 
 def main() -> None:
+    global B, H, S  # the case shape _sweep_case reads
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--d", default="64,128", help="head dims, comma-separated (of 64, 128, 256)")
+    ap.add_argument("--shape", default=f"{B},{H},{S}", help="batch,heads,sequence")
     args = ap.parse_args()
+    B, H, S = (int(x) for x in args.shape.split(","))
     t0 = time.time()
     records: list[dict] = []
-    for d, variants in VARIANTS.items():
+    for d in (int(x) for x in args.d.split(",")):
+        variants = VARIANTS[d]
         for causal in (False, True):
             _sweep_case(d, causal, variants, records)
             torch.cuda.empty_cache()

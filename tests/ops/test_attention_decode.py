@@ -369,3 +369,30 @@ def test_decode_shaped_stays_in_bounds(monkeypatch, dense_calls):
     _dense_check(q, k, v, F32, causal=True, layout="bhsd")
     guard.check()
     assert len(dense_calls) == 1
+
+
+def test_head_dim_256_plans_come_from_the_h100_tune():
+    """Hopper d 256: descriptor tiles 64×64 at one warpgroup, 3 stages; without descriptors the pointer
+    fallback is the tune's best pointer plan, not the descriptor tiles (which spill on pointers)."""
+    from kernelworks.ops.attention.forward import FwdPlan, fwd_plan, pointer_fallback
+
+    hopper = fwd_plan(256, False, (9, 0))
+    assert hopper == FwdPlan(64, 64, 256, 4, 3, TMA=True)
+    assert pointer_fallback(hopper) == FwdPlan(128, 32, 256, 8, 3)
+    assert fwd_plan(256, False, (8, 0)) == FwdPlan(64, 64, 256, 8, 2)
+    assert pointer_fallback(fwd_plan(128, False, (9, 0))) == FwdPlan(128, 64, 128, 8, 3)
+
+
+@pytest.mark.parametrize("knobs", [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, TMA=True),
+                                   dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=3, TMA=False)],
+                         ids=["tma", "pointer"])
+def test_sm90_head_dim_256_plans_compile_without_spills(knobs):
+    from kernelworks.inspect import inspect_op
+    from kernelworks.ops.attention import forward
+    from kernelworks.ops.attention.spec import FLASH_ATTENTION_SPEC
+
+    with forward.forced_fwd_plan(**knobs):
+        reports = inspect_op(FLASH_ATTENTION_SPEC, "b2-hq8-hkv4-s4k-d256-causal", "sm_90")
+    r = next(r for r in reports if r.name == "_attn_fwd_kernel")
+    assert r.spill_bytes == 0 and r.mix.count("HGMMA") > 0
+    assert r.constexprs.get("TMA") is knobs["TMA"] and r.constexprs.get("BLOCK_N") == knobs["BLOCK_N"]

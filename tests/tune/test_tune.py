@@ -167,18 +167,21 @@ def _launched(monkeypatch, module) -> list[dict]:
 @pytest.mark.parametrize(("op", "config"), [
     ("cross_entropy", {"TILE": 16, "ONE_TILE": False, "num_warps": 2}),
     ("gated_delta_decode", {"BLOCK_V": 8, "num_warps": 2}),
+    ("flash_attention", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1}),
 ])
 def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config, device):
     """Each tunable op's ``configured`` hook reaches its kernel's launch, and the forced plan still computes the
     reference's answer (the interpreter runs it)."""
     from kernelworks.check import check_case
+    from kernelworks.ops.attention import forward as attention_forward
     from kernelworks.ops.cross_entropy import kernels as ce_kernels
     from kernelworks.ops.gated_delta import decode
     from kernelworks.spec import registry
 
     spec = registry()[op]
     assert spec.configs and spec.configured is not None
-    seen = _launched(monkeypatch, ce_kernels if op == "cross_entropy" else decode)
+    module = {"cross_entropy": ce_kernels, "gated_delta_decode": decode, "flash_attention": attention_forward}[op]
+    seen = _launched(monkeypatch, module)
     case = next(c for c in spec.check_cases if "gpu" not in c.tags)
     with spec.configured(config):
         results = check_case(spec, case, device=device, seed=0)

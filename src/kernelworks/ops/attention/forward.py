@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 import torch
@@ -23,10 +22,10 @@ import triton
 import triton.language as tl
 
 from kernelworks.ops._math import tanh
-from kernelworks.runtime import replay
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.plans import ForcedPlan
 from kernelworks.runtime.tma import ensure_tma_allocator, tma_available
 
 LN2 = tl.constexpr(0.6931471805599453)
@@ -374,25 +373,34 @@ class FwdPlan:
     """With TMA: the unmasked key loop warp-specialised (``tl.range(..., warp_specialize=True)``)."""
 
 
-_FORCED_FWD: ContextVar[dict | None] = ContextVar("kernelworks_attention_forced_fwd_plan", default=None)
+_FORCED_FWD: ForcedPlan[dict] = ForcedPlan("attention_fwd")
 _FWD_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPEC")
 
 
 @contextmanager
 def forced_fwd_plan(**knobs: object) -> Iterator[None]:
     """Within the block, forward launches take these knobs (``BLOCK_M``, ``BLOCK_N``, ``num_warps``,
-    ``num_stages``, ``TMA``, ``WARP_SPEC``) over :func:`fwd_plan`'s choice (GPU sweeps:
-    ``benchmarks/sweeps/flash_attention_plan.py``; tests). ``TMA`` where descriptors are unavailable (no Hopper, the
-    interpreter) or the strides do not allow them raises ``ValueError`` at launch."""
+    ``num_stages``, ``TMA``, ``WARP_SPEC``) over :func:`fwd_plan`'s choice (``kw tune flash_attention``,
+    sweeps, tests). ``TMA`` where descriptors are unavailable (no Hopper, the interpreter) or the strides do
+    not allow them raises ``ValueError`` at launch."""
     bad = set(knobs) - set(_FWD_KNOBS)
     if bad:
         raise ValueError(f"forced_fwd_plan: unknown knobs {sorted(bad)}; expected some of {_FWD_KNOBS}")
-    token = _FORCED_FWD.set(dict(knobs))
-    try:
-        with replay.paused():  # replays recorded outside would not read the forced plan
-            yield
-    finally:
-        _FORCED_FWD.reset(token)
+    with _FORCED_FWD.forced(dict(knobs)):
+        yield
+
+
+FWD_CONFIGS: list[dict[str, object]] = [
+    *({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st, "TMA": False}
+      for bm in (64, 128) for bn in (32, 64, 128) for w in (4, 8) for st in (1, 2, 3)),
+    *({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st, "TMA": True}
+      for bm in (64, 128) for bn in (32, 64, 128) for w in (4, 8) for st in (2, 3, 4)),
+]
+"""``kw tune flash_attention``'s space for the forward: pointer tiles (query rows × keys, warps, stages),
+then K/V through tensor descriptors (Hopper only; elsewhere those candidates raise and are recorded). Every
+config names ``TMA``: the default plan's path would otherwise leak into it. Not declared: ``WARP_SPEC``
+(Triton 3.6, sm_90 AOT: at 8 warps the same code as without, at 4 warps the warp-specialisation pass aborts
+the compiling process). TMA at 2 stages crashes ptxas on some tiles; the compile gate records those."""
 
 
 @cached_plan
@@ -404,6 +412,13 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     CTA an SM). d 256: 64×64, 8 warps, 2 stages (254 registers, no spills; 4 warps spilled 88 B).
     fp32 inputs (exact products on FMA units, no tensor cores): 32×32, 8 warps, 1 stage (the 16-bit tiles
     spill 10 KiB there).
+
+    Hopper, d 256 (``kw tune flash_attention --case b2-hq8-hkv4-s4k-d256-causal``, H100, every declared
+    config: ``benchmarks/results/h100-80gb-hbm3/tune/flash_attention``): K/V through descriptors, 64×64, 4
+    warps (one warpgroup: the 64×256 fp32 accumulator in 128 of its 244 registers), 3 stages — 0.344 ms
+    against 0.662 for the 64×64 8-warp pointer plan before (1.93×); without descriptors the pointer path
+    takes 128×32, 8 warps, 3 stages (0.418 ms). Most larger tiles spill or exceed 227 KiB of shared memory
+    there.
 
     Hopper, d 128: K/V through tensor descriptors, 128×128 tiles, 8 warps, 3 stages (236 registers, 225 KiB
     shared) — the fastest variant of the H100 forward sweep (``benchmarks/results/h100-80gb-hbm3/sweeps/
@@ -417,11 +432,19 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
         return FwdPlan(32, 32, block_d, 8, 1)
     if block_d <= 64:
         return FwdPlan(128, 64, block_d, 4, 3)
+    hopper = capability is not None and capability[0] == 9
     if block_d <= 128:
-        if capability is not None and capability[0] == 9:
-            return FwdPlan(128, 128, block_d, 8, 3, TMA=True)
-        return FwdPlan(128, 64, block_d, 8, 3)
-    return FwdPlan(64, 64, block_d, 8, 2)
+        return FwdPlan(128, 128, block_d, 8, 3, TMA=True) if hopper else FwdPlan(128, 64, block_d, 8, 3)
+    return FwdPlan(64, 64, block_d, 4, 3, TMA=True) if hopper else FwdPlan(64, 64, block_d, 8, 2)
+
+
+def pointer_fallback(plan: FwdPlan) -> FwdPlan:
+    """The pointer-path plan that stands in for a descriptor (TMA) plan where descriptors cannot be used (k/v
+    rows not 16-byte aligned): the sm_90 tune's best pointer tiles for the head dim (d 256: 128×32 at 8 warps;
+    the d 256 descriptor tiles at 4 warps spill 136 B on pointers)."""
+    if plan.BLOCK_D <= 128:
+        return replace(plan, TMA=False, WARP_SPEC=False, BLOCK_N=64)
+    return FwdPlan(128, 32, plan.BLOCK_D, 8, 3)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -471,7 +494,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
             if misaligned:
                 raise ValueError("forced_fwd_plan: TMA needs 16-byte aligned k/v rows")
         elif misaligned or not tma_available():
-            plan = replace(plan, TMA=False, BLOCK_N=64)  # the pointer path's tiles for this head dim
+            plan = pointer_fallback(plan)
     if plan.TMA:
         ensure_tma_allocator()
         extra = dict(TMA=True, WARP_SPEC=plan.WARP_SPEC)

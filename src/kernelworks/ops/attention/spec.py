@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernelworks.ops.attention import api, reference
+from kernelworks.ops.attention import api, forward, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -180,6 +180,11 @@ def _flash_bench_cases() -> list[Case]:
     lens = [(n, n) for n in np.random.RandomState(0).randint(16, 8193, size=100).tolist()]
     out.append(case("varlen100-16to8k-hq32-hkv8-d128-causal", _BF16, lens=lens, hq=32, hkv=8, d=128, causal=True,
                     tags=("gpu",)))
+    # other models' head shapes: Gemma's head dim 256 (8 query / 4 KV heads), Qwen2.5-7B's 28 / 4 heads at 8k
+    out.append(case("b2-hq8-hkv4-s4k-d256-causal", _BF16, batch=2, sq=4096, hq=8, hkv=4, d=256, causal=True,
+                    tags=("gpu",)))
+    out.append(case("b1-hq28-hkv4-s8k-d128-causal", _BF16, batch=1, sq=8192, hq=28, hkv=4, d=128, causal=True,
+                    tags=("gpu",)))
     return out
 
 
@@ -310,6 +315,8 @@ FLASH_ATTENTION_SPEC = register(OpSpec(
     # the reference materialises [B, H, Sq, Sk] scores (8 GiB fp32 per 16k² batch of 32 heads): SDPA's
     # backends are the baselines
     baselines=(),
+    configs=forward.FWD_CONFIGS,  # the forward's tiles, warps, stages and K/V path (kw tune times the forward)
+    configured=lambda config: forward.forced_fwd_plan(**config),
 ))
 
 DECODE_ATTENTION_SPEC = register(OpSpec(

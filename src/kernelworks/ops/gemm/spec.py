@@ -116,6 +116,8 @@ _LLAMA_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "
 _LLAMA_70B = {"qkv": (8192, 10240), "o": (8192, 8192), "gate_up": (8192, 57344), "down": (28672, 8192)}
 _M_8B = (1, 16, 64, 256, 1024, 4096, 16384)
 _M_70B = (1, 64, 1024, 16384)
+_QWEN25_7B = {"qkv": (3584, 4608), "o": (3584, 3584), "gate_up": (3584, 37888), "down": (18944, 3584)}
+_M_7B = (1, 32, 64)  # decode batches: the M ≤ 64 (split-K, pointer) path
 
 
 def _matmul_bench_cases() -> list[Case]:
@@ -123,7 +125,8 @@ def _matmul_bench_cases() -> list[Case]:
     (the ``nn.Linear`` layout) over the token count M, and the fused epilogues at 8192³."""
     out = [case("square-4096", _BF16, M=4096, N=4096, K=4096, tags=("gpu", "quick")),
            case("square-8192", _BF16, M=8192, N=8192, K=8192, tags=("gpu",))]
-    for model, shapes, ms in (("llama3_8b", _LLAMA_8B, _M_8B), ("llama3_70b", _LLAMA_70B, _M_70B)):
+    for model, shapes, ms in (("llama3_8b", _LLAMA_8B, _M_8B), ("llama3_70b", _LLAMA_70B, _M_70B),
+                              ("qwen2.5_7b", _QWEN25_7B, _M_7B)):
         for proj, (k, n) in shapes.items():
             for m in ms:
                 out.append(case(f"{model}-{proj}-M{m}", _BF16, M=m, N=n, K=k, b_t=True, tags=("gpu", "sweep:M")))
@@ -175,6 +178,18 @@ MATMUL_CONFIGS = [
     {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    # decode tiles beside the heuristic's (M ≤ 16: 64×128 or 64×256; 32–64 rows: 128×128): narrower N for
+    # more tiles when a wave's tail idles SMs, deeper or longer K steps for more bytes in flight
+    {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
 ]
 """The tuner's space for ``matmul`` (constexpr and launch-option names of the two kernels); each entry
 applies to the kernel that has its keys."""
