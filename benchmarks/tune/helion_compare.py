@@ -1,7 +1,7 @@
 """Issue 17: ``kw tune`` against Helion's autotuner on the same ops and shapes (GPU).
 
     python3 benchmarks/tune/helion_compare.py --out $OUT/helion.json
-        [--ops matmul,rms_norm] [--shapes matmul:4096x4096x4096,rms_norm:8192x4096]
+        [--ops rms_norm,matmul] [--shapes rms_norm:8192x4096,matmul:4096x4096x4096]
         [--helion-effort quick|full|none] [--helion-budget SECONDS] [--kw-budget MINUTES] [--deadline-s 480]
 
 Two ops, each written in Helion here (our own kernels, not Helion's examples): a matmul (bf16 operands, an fp32
@@ -51,7 +51,8 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-OPS = ("matmul", "rms_norm")
+OPS = ("rms_norm", "matmul")
+"""In the default run's order: the quick tunes first, so a ``--deadline-s`` cut falls on the largest matmul."""
 DEFAULT_SHAPES = {"matmul": ("4096x4096x4096", "8192x14336x4096"), "rms_norm": ("8192x4096", "4096x8192")}
 SMOKE_SHAPES = {"matmul": ("64x48x32",), "rms_norm": ("8x96",)}
 
@@ -496,7 +497,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--in-process", action="store_true", help="run every shape in this process (warm caches)")
     p.add_argument("--smoke", action="store_true", help="no GPU: tiny shapes, the interpreter, Helion untuned")
     p.add_argument("--merge", type=Path, action="append", default=[], metavar="FILE",
-                   help="merge another results file into --out (repeatable)")
+                   help="fold another run's results file into --out and print the table; runs nothing (repeatable)")
     p.add_argument("--table-only", action="store_true", help="print --out's table (after --merge), run nothing")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
