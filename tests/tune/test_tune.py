@@ -168,6 +168,8 @@ def _launched(monkeypatch, module) -> list[dict]:
     ("cross_entropy", {"TILE": 16, "ONE_TILE": False, "num_warps": 2}),
     ("gated_delta_decode", {"BLOCK_V": 8, "num_warps": 2}),
     ("flash_attention", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1}),
+    ("rms_norm", {"LOOPED": True, "TILE": 32, "num_warps": 2}),
+    ("rms_norm", {"LOOPED": False, "ROWS": 4, "num_warps": 2}),
 ])
 def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config, device):
     """Each tunable op's ``configured`` hook reaches its kernel's launch, and the forced plan still computes the
@@ -176,17 +178,20 @@ def test_op_tune_hooks_force_their_plan_and_stay_right(monkeypatch, op, config, 
     from kernelworks.ops.attention import forward as attention_forward
     from kernelworks.ops.cross_entropy import kernels as ce_kernels
     from kernelworks.ops.gated_delta import decode
+    from kernelworks.ops.norm import forward as norm_forward
     from kernelworks.spec import registry
 
     spec = registry()[op]
     assert spec.configs and spec.configured is not None
-    module = {"cross_entropy": ce_kernels, "gated_delta_decode": decode, "flash_attention": attention_forward}[op]
+    module = {"cross_entropy": ce_kernels, "gated_delta_decode": decode, "flash_attention": attention_forward,
+              "rms_norm": norm_forward}[op]
     seen = _launched(monkeypatch, module)
     case = next(c for c in spec.check_cases if "gpu" not in c.tags)
     with spec.configured(config):
         results = check_case(spec, case, device=device, seed=0)
-    tuned = [launch for launch in seen if set(config) - {"num_warps"} <= set(launch)]  # the tuned kernel's
-    assert tuned and all(launch[k] == v for launch in tuned for k, v in config.items()), seen
+    knobs = {k: v for k, v in config.items() if k != "LOOPED"}  # LOOPED picks the kernel, it is no constexpr
+    tuned = [launch for launch in seen if set(knobs) - {"num_warps"} <= set(launch)]  # the tuned kernel's
+    assert tuned and all(launch[k] == v for launch in tuned for k, v in knobs.items()), seen
     failed = [r for r in results if not r.passed and not r.skipped]
     assert not failed, failed
 
@@ -199,6 +204,50 @@ def test_a_one_tile_plan_too_small_for_the_rows_is_refused():
             pytest.raises(ValueError, match="one-tile plan of 16 columns"):
         kernels.cross_entropy_fwd(x, torch.zeros(2, dtype=torch.long), torch.empty(2), torch.ones(1), None,
                                   ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None)
+
+
+def test_rms_norm_tunes_over_its_declared_configs(monkeypatch):
+    """Every declared config of rms_norm's forward is right on a small case (the interpreter: both kernels, a
+    masked tail), and ``kernelworks.tune`` names the one the timer finds fastest."""
+    from kernelworks.ops.norm import RMS_NORM_SPEC, forward
+    from kernelworks.spec import case
+
+    seen = _launched(monkeypatch, forward)
+    fastest = {"LOOPED": True, "TILE": 4096, "num_warps": 8}
+
+    def timer(fn):
+        fn()
+        won = seen[-1].get("TILE") == 4096 and seen[-1]["num_warps"] == 8
+        return (0.5, 0.49, 0.51) if won else (1.0, 0.99, 1.01)
+
+    spec = dataclasses.replace(RMS_NORM_SPEC, bench_cases=[case("13x127", torch.bfloat16, rows=13, hidden=127)])
+    (res,) = tune(spec, timer=timer, progress=False, use_cache=False)
+    assert res.strategy == "exhaustive"
+    assert [c.verdict for c in res.candidates] == ["ok"] * (len(forward.CONFIGS) + 1), res.candidates
+    assert res.winner == fastest
+
+
+def test_a_forced_norm_plan_with_a_bad_knob_is_refused_and_the_tuner_records_why():
+    import kernelworks
+    from kernelworks.ops.norm import RMS_NORM_SPEC, forward
+    from kernelworks.spec import case
+
+    x = torch.randn(3, 40)
+    with forward.FORCED_PLAN.forced({"LOOPED": False, "ROWS": 3, "num_warps": 2}), \
+            pytest.raises(ValueError, match=r"powers of two, got \{'ROWS': 3\}"):
+        kernelworks.rms_norm(x, None)
+    with forward.FORCED_PLAN.forced({"LOOPED": True, "ROWS": 2, "num_warps": 2}), \
+            pytest.raises(ValueError, match="a looped plan takes LOOPED, TILE, num_warps"):
+        kernelworks.rms_norm(x, None)
+    with forward.FORCED_PLAN.forced({"LOOPED": False, "ROWS": 1, "num_warps": 4}), \
+            pytest.raises(ValueError, match="rows of 40000 need the looped kernel"):
+        kernelworks.rms_norm(torch.randn(1, 40000), None)
+    bad = {"LOOPED": False, "ROWS": 3, "num_warps": 2}
+    spec = dataclasses.replace(RMS_NORM_SPEC, bench_cases=[case("3x40", torch.float32, rows=3, hidden=40)],
+                               configs=[bad])
+    (res,) = tune(spec, timer=lambda fn: (fn(), (1.0, 0.9, 1.1))[1], progress=False, use_cache=False)
+    assert [c.verdict for c in res.candidates] == ["ok", "error"]
+    assert "powers of two" in res.candidates[1].detail and res.winner == {}
 
 
 def test_shipped_tables_match_the_sources_they_were_tuned_on():

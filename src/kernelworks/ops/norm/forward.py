@@ -26,8 +26,9 @@ import triton.language as tl
 
 from kernelworks.runtime.alloc import empty, empty_like
 from kernelworks.runtime.device import interpreter_active
-from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, row_launch
+from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, next_pow2, row_launch
 from kernelworks.runtime.layout import as_rows
+from kernelworks.runtime.plans import ForcedPlan
 
 FWD_ONE_PASS_MAX_COLS = MAX_FUSED_ROW_BYTES // 4
 """Longest row (32768) the one-pass forward keeps in registers as fp32 (one live row, ``h``: the same
@@ -39,6 +40,17 @@ LOOP_FWD_TILE, LOOP_FWD_WARPS = 8192, 16
 # tiny CPU cases (hidden 1000) run both kernel shapes and the loops' masked tails.
 INTERPRETER_ONE_PASS_MAX_COLS = 512
 INTERPRETER_TILE = 128
+
+FORCED_PLAN: ForcedPlan[dict] = ForcedPlan("norm_fwd")
+"""A plan forced on :func:`norm_fwd` (``kw tune rms_norm``'s hook): ``{"LOOPED": False, "ROWS", "num_warps"}``
+(the one-pass kernel, ``BLOCK_N`` the row rounded up to a power of two) or ``{"LOOPED": True, "TILE",
+"num_warps"}`` (the looped kernel, any row length)."""
+
+CONFIGS = [{"LOOPED": False, "ROWS": r, "num_warps": w} for r in (1, 2, 4, 8) for w in (2, 4, 8, 16, 32)] + [
+    {"LOOPED": True, "TILE": t, "num_warps": w} for t in (2048, 4096, 8192, 16384) for w in (4, 8, 16)]
+"""``kw tune rms_norm``'s space (32 configs: exhaustive): rows per program × warps of the one-pass kernel, then
+the looped kernel's tile × warps (which also runs rows that would fit in registers, reading them twice).
+The default plan is among them at Llama widths (4096: 1 row, 8 warps; 8192: 1 row, 16 warps)."""
 
 
 # ------------------------------------------------------------------------------------------ device helpers
@@ -303,6 +315,27 @@ def _plan(n_rows: int, n_cols: int) -> tuple[bool, tuple[int, ...], dict[str, in
                                                "num_warps": cfg.num_warps}
 
 
+def _forced_launch(plan: dict, n_rows: int, n_cols: int) -> tuple[bool, tuple[int, ...], dict[str, int]]:
+    """``_plan``'s answer for a forced plan (:data:`FORCED_PLAN`), its knobs checked first: a bad knob is a
+    ``ValueError`` naming it, not a compile error deep in Triton."""
+    looped = plan.get("LOOPED", False)
+    knobs = ("TILE", "num_warps") if looped else ("ROWS", "num_warps")
+    unknown = sorted(set(plan) - {"LOOPED", *knobs})
+    if unknown or any(k not in plan for k in knobs):
+        raise ValueError(f"plan: a {'looped' if looped else 'one-pass'} plan takes LOOPED, {', '.join(knobs)}; "
+                         f"got {sorted(plan)}")
+    bad = {k: plan[k] for k in knobs if not (isinstance(plan[k], int) and plan[k] > 0 and plan[k] & (plan[k] - 1) == 0)}
+    if bad:
+        raise ValueError(f"plan: {', '.join(knobs)} must be positive powers of two, got {bad}")
+    if looped:
+        return True, (n_rows,), {"TILE": plan["TILE"], "num_warps": plan["num_warps"]}
+    if n_cols > FWD_ONE_PASS_MAX_COLS:
+        raise ValueError(f"plan: the one-pass kernel holds rows of at most {FWD_ONE_PASS_MAX_COLS} columns in "
+                         f"registers; rows of {n_cols} need the looped kernel (LOOPED: True)")
+    rows = plan["ROWS"]
+    return False, (cdiv(n_rows, rows),), {"BLOCK_N": next_pow2(n_cols), "ROWS": rows, "num_warps": plan["num_warps"]}
+
+
 def norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
              bias: torch.Tensor | None, *, eps: float, offset: float,
              rms: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -310,6 +343,7 @@ def norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
 
     ``y`` and ``h = x + residual`` (None without a residual) are contiguous in ``x``'s dtype; ``stats`` is
     fp32 ``[1, rows]`` (rstd, RMSNorm) or ``[2, rows]`` (mean, rstd, LayerNorm).
+    A plan forced in :data:`FORCED_PLAN` replaces the op's own (``_plan``).
     """
     # the kernels index weight and bias with unit stride: a strided view (w[::2]) is copied on purpose
     weight, bias = unit_stride(weight), unit_stride(bias)
@@ -324,7 +358,8 @@ def norm_fwd(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
         h = empty_like(x)
         h2 = h.view(n_rows, n_cols)
     stats = empty((1 if rms else 2, n_rows), dtype=torch.float32, device=x.device)
-    looped, grid, opts = _plan(n_rows, n_cols)
+    forced = FORCED_PLAN.get()
+    looped, grid, opts = _plan(n_rows, n_cols) if forced is None else _forced_launch(forced, n_rows, n_cols)
     # mean and rstd pointers: row 0 of stats is stats itself (no indexing, ~1 µs of host time a view)
     args = (x2, r2, weight if weight is not None else x2, bias if bias is not None else x2, y2,
             h2 if h2 is not None else y2, stats, stats if rms else stats[1])

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from kernelworks.ops.norm import api, reference
+from kernelworks.ops.norm import api, forward, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -225,6 +225,9 @@ RMS_NORM_SPEC = register(OpSpec(
     cost=_cost(rms=True),
     providers=_providers(api.rms_norm, _liger_rms_norm),
     grad_inputs=("x", "weight", "residual"),
+    # the tuner's space: the forward's rows per program and warps, or the looped kernel's tile and warps
+    configs=forward.CONFIGS,
+    configured=lambda config: forward.FORCED_PLAN.forced(dict(config)),
 ))
 
 LAYER_NORM_SPEC = register(OpSpec(
