@@ -1,9 +1,12 @@
 """``kw report``: the main job. Check every registered op, time them when a GPU is present, and write a
 Markdown report with tables and plots. With no GPU it still runs the checks (in Triton's interpreter)
-and says that timings need a GPU."""
+and says that timings need a GPU. Asked to (``sanitize``: GPU), it also runs each case under
+compute-sanitizer's tools and adds a case × tool table of verdicts, the first report of every run that found
+something, the logs (``sanitize-logs/``) and the runs as JSON (``sanitize.json``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -13,6 +16,9 @@ import torch
 
 from kernelworks.check import check_table, failure_details, run_check, summarize
 from kernelworks.check.engine import CaseResult, where_checks_run
+from kernelworks.check.render import sanitize_grid
+from kernelworks.check.sanitize import parse_tools, run_sanitize, sanitize_summary
+from kernelworks.check.sanitize_log import IgnoreRule, parse_ignores
 from kernelworks.spec import registry
 from kernelworks.tables import markdown_table
 
@@ -49,8 +55,8 @@ def _inspect_section(specs: dict, target: str = "sm_90") -> list[str]:
 
 
 class ReportResult(NamedTuple):
-    """What :func:`make_report` did: the report's path, whether every check passed, and per op
-    ``(op, passed, failed, skipped)``."""
+    """What :func:`make_report` did: the report's path, whether every check (and sanitizer run) passed, and
+    per op ``(op, passed, failed, skipped)``, sanitizer runs included."""
 
     path: Path
     ok: bool
@@ -75,17 +81,55 @@ def _correctness_section(all_results: dict[str, list[CaseResult]], pending: Sequ
     return lines
 
 
+SANITIZE_LOGS = "sanitize-logs"
+"""The report folder's subfolder holding every compute-sanitizer log of a ``kw report --sanitize`` run."""
+
+
+def _sanitize_section(sanitized: dict[str, list[CaseResult]], out_dir: Path) -> list[str]:
+    """The case × tool table of compute-sanitizer verdicts (each linked to its log) and, for every run that
+    found something, did not finish, or had reports ignored or only warned of, what it says first."""
+    flat = [r for rs in sanitized.values() for r in rs]
+    lines = ["## compute-sanitizer (`kw check --sanitize`)", "", sanitize_summary(flat) or "No runs yet.", ""]
+    if flat:
+        lines += [sanitize_grid(flat, links_from=out_dir), ""]
+    for r in flat:
+        if r.sanitizer is not None and r.sanitizer.noteworthy and r.sanitizer.status != "skipped":
+            lines += [f"**{r.op} · {r.case.id} · {r.mode} · {r.provider} · {r.tool}**: {r.sanitizer.verdict}", "",
+                      "```", r.sanitizer.first, "```", ""]
+    return lines
+
+
+def _save_sanitized(sanitized: dict[str, list[CaseResult]], path: Path) -> None:
+    """``sanitize.json``: every run's op, case, mode, provider, tool, seconds and verdict (status, counts,
+    first reports, notes, log path)."""
+    runs = [{"op": r.op, "case": r.case.id, "mode": r.mode, "provider": r.provider, "tool": r.tool,
+             "seconds": round(r.seconds, 2),
+             **(r.sanitizer.as_dict() if r.sanitizer else {"status": "skipped", "message": r.skipped})}
+            for rs in sanitized.values() for r in rs]
+    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+
+
 def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None = None, bench: bool = True,
-                log: Callable[[str], None] | None = None) -> ReportResult:
+                log: Callable[[str], None] | None = None, sanitize: Sequence[str] = (),
+                sanitize_ignore: Iterable[str | IgnoreRule] = (),
+                sanitize_timeout: float | None = None) -> ReportResult:
     """Write ``out_dir/report.md`` (+ results and plots).
 
     The file is rewritten after each op's checks, so a run cut short keeps what it found; ``log`` (e.g.
-    ``print``) receives one line per op as its checks finish.
+    ``print``) receives one line per op as its checks finish. ``sanitize``: compute-sanitizer tools each case
+    also runs under (GPU; empty: none), with ``sanitize_ignore``'s ``TOOL:KERNEL_GLOB`` rules and
+    ``sanitize_timeout`` seconds a run; their failures count as the op's. Raises ``RuntimeError`` before
+    anything runs when the sanitizer cannot run here.
     """
     import triton
 
+    from kernelworks.check.sanitize import unavailable
     from kernelworks.runtime.device import device_name
 
+    tools, rules = (parse_tools(sanitize) if sanitize else ()), parse_ignores(sanitize_ignore)
+    why = unavailable() if tools else None
+    if why:  # refused before anything runs, as kw check --sanitize does
+        raise RuntimeError(f"kw report --sanitize cannot run here:\n{why}")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "report.md"
     specs = registry()
@@ -104,16 +148,30 @@ def make_report(out_dir: Path, *, full: bool = False, ops: Iterable[str] | None 
         path.write_text("\n".join(lines) + "\n")
 
     all_results: dict[str, list[CaseResult]] = {}
+    sanitized: dict[str, list[CaseResult]] = {}
+
+    def checked() -> list[str]:
+        lines = head + _correctness_section(all_results, [n for n in specs if n not in all_results])
+        return lines + (_sanitize_section(sanitized, out_dir) if tools else [])
+
     for name, spec in specs.items():
         t0 = time.perf_counter()
         all_results[name] = run_check(spec, tags=tags, progress=True)
-        write(head + _correctness_section(all_results, [n for n in specs if n not in all_results]))
+        write(checked())
         p, f, s = summarize(all_results[name])
         if log is not None:
             log(f"{name}: {p} passed, {f} failed, {s} skipped ({time.perf_counter() - t0:.0f} s)")
-    summary = [(name, *summarize(results)) for name, results in all_results.items()]
+        if tools:
+            t0 = time.perf_counter()
+            sanitized[name] = run_sanitize(spec, tags=tags, tools=tools, ignore=rules, timeout=sanitize_timeout,
+                                           log_dir=out_dir / SANITIZE_LOGS, progress=True)
+            _save_sanitized(sanitized, out_dir / "sanitize.json")
+            write(checked())
+            if log is not None:
+                log(f"{name}: {sanitize_summary(sanitized[name])} ({time.perf_counter() - t0:.0f} s)")
+    summary = [(name, *summarize(results + sanitized.get(name, []))) for name, results in all_results.items()]
     ok = all(f == 0 for _, _, f, _ in summary)
-    lines = head + _correctness_section(all_results, [])
+    lines = checked()
 
     lines += _lint_section()
     lines += _inspect_section(specs)

@@ -22,19 +22,23 @@ def _resolve(spec: OpSpec | str) -> OpSpec:
 
 def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: str | None = None,
           seed: int = 0, verbose: bool = True, adversarial: bool = False,
-          sanitize: bool | str | Iterable[str] = False, sanitize_timeout: float | None = None) -> list:
+          sanitize: bool | str | Iterable[str] = False, sanitize_timeout: float | None = None,
+          sanitize_ignore: Iterable[str] = ()) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
     ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs, a lower
     precision than the dtype promises, hard-coded sizes). ``sanitize`` (GPU) adds each case run under
     compute-sanitizer, one result per case and tool (``True``: memcheck, racecheck, initcheck, synccheck; or
-    tool names), each a fresh process limited to ``sanitize_timeout`` seconds (default per tool); it raises
-    ``RuntimeError`` saying what is missing where it cannot run (no GPU, no compute-sanitizer).
+    tool names), each a fresh process limited to ``sanitize_timeout`` seconds (default per tool), its verdict
+    in the result's ``sanitizer``; ``sanitize_ignore`` holds ``TOOL:KERNEL_GLOB`` rules for known false
+    positives (counted apart, not failures). It raises ``RuntimeError`` saying what is missing where it cannot
+    run (no GPU, no compute-sanitizer), ``ValueError`` for an unknown tool or a malformed rule.
 
     Example::
 
         results = kernelworks.check("softmax")
         assert all(r.passed or r.skipped for r in results)
         kernelworks.check("softmax", ["odd_rows"], sanitize=["memcheck"])   # on a GPU
+        kernelworks.check("softmax", sanitize=True, sanitize_ignore=["initcheck:at::native::*"])
     """
     from kernelworks.check import check_table, run_check
 
@@ -42,8 +46,9 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
     tools: tuple[str, ...] = ()
     if sanitize is not False:
         from kernelworks.check.sanitize import parse_tools, unavailable
+        from kernelworks.check.sanitize_log import parse_ignores
 
-        tools = parse_tools(sanitize)
+        tools, rules = parse_tools(sanitize), parse_ignores(sanitize_ignore)
         why = unavailable()
         if why:  # before the checklist runs, as `kw check --sanitize` does
             raise RuntimeError(f"kw check --sanitize cannot run here:\n{why}")
@@ -52,7 +57,7 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
         from kernelworks.check.sanitize import run_sanitize
 
         results += run_sanitize(s, cases, tools=tools, provider=provider, seed=seed, timeout=sanitize_timeout,
-                                progress=verbose)
+                                progress=verbose, ignore=rules)
     if verbose:
         print(check_table(results))
     return results

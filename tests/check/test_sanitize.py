@@ -1,14 +1,14 @@
-"""``kw check --sanitize``: the refusal, the log parser, the child's command line and environment, the runs
-end to end through a stand-in compute-sanitizer (any machine), and on a GPU the real tool: a quick case of a
-real op comes back clean, a kernel with an unmasked tail comes back with memcheck errors.
-
-The sample logs follow the format compute-sanitizer's user guide documents (``========= `` before every line
-of the tool's own, a report's details indented under its first line, ``ERROR SUMMARY: N errors`` at the end;
-racecheck's ``RACECHECK SUMMARY: … (N errors, M warnings)``), with Triton-style kernel names.
+"""``kw check --sanitize``: the refusal, the child's command line, environment and the kernels it reports,
+the runs end to end through a stand-in compute-sanitizer (any machine: verdicts, ignore rules, kept logs, the
+CLI and ``kw report``), and on a GPU the real tool: a quick case of a real op comes back clean, a kernel with
+an unmasked tail comes back with memcheck errors, reads of unwritten memory with initcheck errors (in the op's
+kernel, or outside it). The log parser's own tests, on the sample logs in ``sanitize_logs/``, are in
+``test_sanitize_log.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -28,204 +28,29 @@ from kernelworks.check.sanitize import (
     child_command,
     child_env,
     find_sanitizer,
-    judge,
-    parse_log,
     parse_tools,
     run_sanitize,
     sanitize_summary,
     spec_target,
     unavailable,
 )
-from kernelworks.check.sanitize_child import SKIP_MARK, SKIPPED, run_case
+from kernelworks.check.sanitize_child import KERNELS_MARK, SKIP_MARK, SKIPPED, recording_kernel_loads, run_case
+from kernelworks.check.sanitize_log import OUTSIDE, IgnoreRule
+from kernelworks.cli.check import sanitize_request
 from kernelworks.cli.main import build_parser, main
 from kernelworks.spec import load_spec
 
 FIXTURES = Path(__file__).resolve().parent / "sanitize_fixtures.py"
 
-# ------------------------------------------------------------------------------------------ sample logs
-
-CLEAN = """\
-========= COMPUTE-SANITIZER
-========= ERROR SUMMARY: 0 errors
-"""
-
-MEMCHECK_OOB = """\
-========= COMPUTE-SANITIZER
-========= Invalid __global__ read of size 16 bytes
-=========     at _oob_copy_kernel+0x1b0 in /work/tests/check/sanitize_fixtures.py:31
-=========     by thread (250,0,0) in block (0,0,0)
-=========     Address 0x7f2a3e000fa0 is out of bounds
-=========     and is 1 bytes after the nearest allocation at 0x7f2a3e000000 of size 4,000 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: [0x2f4c1e] in libcuda.so.1
-=========         Host Frame: _launch [0x12a4] in cuda_utils.so
-=========
-========= Invalid __global__ read of size 16 bytes
-=========     at _oob_copy_kernel+0x1b0 in /work/tests/check/sanitize_fixtures.py:31
-=========     by thread (251,0,0) in block (0,0,0)
-=========     Address 0x7f2a3e000fb0 is out of bounds
-=========     and is 17 bytes after the nearest allocation at 0x7f2a3e000000 of size 4,000 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: [0x2f4c1e] in libcuda.so.1
-=========
-========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call \
-to cudaStreamSynchronize.
-=========     Saved host backtrace up to driver entry point at error
-=========         Host Frame: [0x4a1f6e] in libcuda.so.1
-=========
-========= Target application returned an error
-========= ERROR SUMMARY: 3 errors
-"""
-
-RACECHECK = """\
-========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at _attn_fwd_kernel+0x90 in /src/attention.py:41
-=========     and Read access at _attn_fwd_kernel+0x100 in /src/attention.py:51 [508 hazards]
-=========
-========= Warning: Race reported between Write access at _attn_fwd_kernel+0x200 in /src/attention.py:60
-=========     and Write access at _attn_fwd_kernel+0x240 in /src/attention.py:61 [4 hazards]
-=========
-========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
-"""
-
-RACECHECK_CLEAN = """\
-========= COMPUTE-SANITIZER
-========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
-"""
-
-INITCHECK = """\
-========= COMPUTE-SANITIZER
-========= Uninitialized __global__ memory read of size 4 bytes
-=========     at _rms_norm_fwd_kernel+0x70 in /src/norm/forward.py:88
-=========     by thread (31,0,0) in block (1,0,0)
-=========     Address 0x7f3c7ec000fc
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========
-========= ERROR SUMMARY: 1 error
-"""
-
-SYNCCHECK = """\
- ========= COMPUTE-SANITIZER
- ========= Barrier error detected. Divergent thread(s) in block.
- =========     at _reduce_kernel+0x11f0 in /src/reduce.py:42
- =========     by thread (32,0,0) in block (0,0,0)
- =========         Device Frame: _reduce_kernel+0xe40 in /src/reduce.py:60
- =========
- ========= ERROR SUMMARY: 32 errors
-"""
-
-PRINT_LIMIT = """\
-========= COMPUTE-SANITIZER
-========= Invalid __global__ write of size 4 bytes
-=========     at _k+0x10
-=========
-========= ERROR SUMMARY: 1,532 errors
-========= ERROR SUMMARY: 1,432 errors were not printed. Use --print-limit option to adjust the number of printed errors
-"""
-
-# the tool gave up: no summary at all
-CRASHED = """\
-========= COMPUTE-SANITIZER
-========= Error: No attachable process found. compute-sanitizer timed-out.
-========= Default timeout can be adjusted with --launch-timeout. Awaiting target completion.
-"""
-
+SAMPLES = Path(__file__).resolve().parent / "sanitize_logs"
+CLEAN, MEMCHECK_OOB, INITCHECK_TORCH, CRASHED = ((SAMPLES / name).read_text() for name in (
+    "memcheck-clean.log", "memcheck-oob.log", "initcheck-torch-kernel.log", "no-summary.log"))
 TRACEBACK = """\
 Traceback (most recent call last):
   File "/src/kernelworks/check/sanitize_child.py", line 60, in run_case
     torch.cuda.synchronize()
 torch.AcceleratorError: CUDA error: unspecified launch failure
 """
-
-
-# ------------------------------------------------------------------------------------------------ parser
-
-def test_parse_clean_log():
-    log = parse_log(CLEAN)
-    assert (log.errors, log.warnings, log.records) == (0, 0, [])
-
-
-def test_parse_memcheck_errors_keeps_the_first_reports_without_host_frames():
-    log = parse_log(MEMCHECK_OOB)
-    assert log.errors == 3
-    first = log.first_errors()
-    assert len(first) == 3
-    assert first[0].splitlines() == [
-        "Invalid __global__ read of size 16 bytes",
-        "at _oob_copy_kernel+0x1b0 in /work/tests/check/sanitize_fixtures.py:31",
-        "by thread (250,0,0) in block (0,0,0)",
-        "Address 0x7f2a3e000fa0 is out of bounds",
-        "and is 1 bytes after the nearest allocation at 0x7f2a3e000000 of size 4,000 bytes",
-    ]
-    assert first[2].startswith("Program hit cudaErrorLaunchFailure")
-    assert not any("Host Frame" in r or "Target application" in r for r in first)
-    assert len(log.first_errors(1)) == 1
-
-
-def test_parse_racecheck_counts_errors_not_warnings_and_shows_errors_first():
-    log = parse_log(RACECHECK)
-    assert (log.errors, log.warnings) == (1, 1)
-    assert log.first_errors()[0].startswith("Error: Race reported between Write access at _attn_fwd_kernel")
-    assert "[508 hazards]" in log.first_errors()[0]
-    clean = parse_log(RACECHECK_CLEAN)
-    assert (clean.errors, clean.records) == (0, [])
-
-
-def test_parse_initcheck_and_synccheck():
-    log = parse_log(INITCHECK)
-    assert log.errors == 1 and log.first_errors()[0].startswith("Uninitialized __global__ memory read")
-    log = parse_log(SYNCCHECK)  # a leading space before the prefix, as the guide prints it
-    assert log.errors == 32
-    assert log.first_errors() == ["Barrier error detected. Divergent thread(s) in block.\n"
-                                  "at _reduce_kernel+0x11f0 in /src/reduce.py:42\n"
-                                  "by thread (32,0,0) in block (0,0,0)\n"
-                                  "Device Frame: _reduce_kernel+0xe40 in /src/reduce.py:60"]
-
-
-def test_parse_reads_the_total_past_the_print_limit():
-    assert parse_log(PRINT_LIMIT).errors == 1532
-
-
-def test_parse_log_without_summary_and_with_the_application_output_mixed_in():
-    log = parse_log(CRASHED)
-    assert log.errors is None
-    assert log.first_errors()[0].startswith("Error: No attachable process found")
-    assert parse_log("hello from the app\n" + CLEAN + "Traceback: x\n").errors == 0
-    assert parse_log("").errors is None
-
-
-# ------------------------------------------------------------------------------------------------- judge
-
-def test_judge_clean_skip_and_errors():
-    assert judge("memcheck", parse_log(CLEAN), 0, "kw-sanitize: ran").status == "clean"
-    out = judge("memcheck", parse_log(CLEAN), SKIPPED, f"{SKIP_MARK}liger_kernel is not installed\n")
-    assert (out.status, out.message) == ("skipped", "liger_kernel is not installed")
-    out = judge("memcheck", parse_log(""), SKIPPED, f"{SKIP_MARK}unsupported: fp8 needs sm_89\n")
-    assert (out.status, out.message) == ("skipped", "unsupported: fp8 needs sm_89")  # even with no summary
-    out = judge("racecheck", parse_log(RACECHECK), ERROR_EXITCODE, "")
-    assert out.status == "errors"
-    assert out.message.startswith("racecheck: 1 error and 1 warning: Error: Race reported between")
-
-
-def test_judge_errors_win_over_the_crash_they_cause():
-    out = judge("memcheck", parse_log(MEMCHECK_OOB), 1, TRACEBACK)
-    assert out.status == "errors"
-    assert out.message.startswith("memcheck: 3 errors: Invalid __global__ read of size 16 bytes\n"
-                                  "at _oob_copy_kernel+0x1b0")
-
-
-def test_judge_runs_that_did_not_finish():
-    out = judge("memcheck", parse_log(CLEAN), 1, TRACEBACK)  # clean log, but the case raised
-    assert out.status == "failed"
-    assert out.message.startswith("memcheck did not finish: the case raised or crashed (exit status 1): "
-                                  "torch.AcceleratorError: CUDA error: unspecified launch failure")
-    out = judge("racecheck", parse_log(""), None, "compiling...", timed_out=True, timeout=900)
-    assert out.status == "failed" and out.message.startswith("racecheck did not finish: timed out after 900 s")
-    out = judge("memcheck", parse_log(CRASHED), 255, "")
-    assert out.status == "failed" and "without an error summary" in out.message
-    assert "No attachable process" in out.message
-    out = judge("memcheck", parse_log(CLEAN), ERROR_EXITCODE, "")
-    assert out.status == "failed" and "counts none" in out.message
 
 
 # ------------------------------------------------------------------------------------- the child process
@@ -259,6 +84,20 @@ def test_child_runs_forward_and_backward_once(device):
     spec = load_spec("softmax")
     assert run_case(spec, "1x7-fp32", seed=0, device=device) == "fwd+bwd"
     assert run_case(load_spec(f"{FIXTURES}:MASKED"), "1000", device=device) == "fwd"
+
+
+def test_child_records_the_triton_kernels_loaded_while_the_provider_runs():
+    import triton
+
+    load = triton.knobs.runtime.kernel_load_end_hook  # what CompiledKernel calls once it has loaded a kernel
+    names: set[str] = set()
+    load(None, None, "_before", None, "h0")
+    with recording_kernel_loads(names):
+        load(None, None, "_softmax_fwd_kernel", None, "h1")
+        load(None, None, "_softmax_bwd_kernel", None, "h2")
+    load(None, None, "_after", None, "h3")
+    assert names == {"_softmax_fwd_kernel", "_softmax_bwd_kernel"}
+    assert not triton.knobs.runtime.kernel_load_end_hook.calls  # the hook is removed again
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the child's no-GPU refusal")
@@ -355,6 +194,14 @@ def test_cli_arguments():
         False, "memcheck,initcheck", 45.0, "logs")
     args = build_parser().parse_args(["check", "softmax", "--sanitize"])
     assert args.sanitize and args.sanitize_tools is None and args.sanitize_timeout is None
+    assert args.sanitize_ignore == [] and sanitize_request(args) == (TOOLS, ())
+    args = build_parser().parse_args(["check", "softmax", "--sanitize-ignore", "initcheck:at::*",
+                                      "--sanitize-ignore", "_k"])
+    assert sanitize_request(args) == (TOOLS, (IgnoreRule("initcheck", "at::*"), IgnoreRule("", "_k")))
+    assert sanitize_request(build_parser().parse_args(["check", "softmax"])) == ((), ())
+    args = build_parser().parse_args(["report", "--sanitize-tools", "synccheck", "--sanitize-ignore", "*:x"])
+    assert sanitize_request(args) == (("synccheck",), (IgnoreRule("", "x"),))
+    assert not hasattr(args, "sanitize_logs")  # the report keeps its logs in OUT/sanitize-logs
     assert main(["check", "softmax", "--sanitize-tools", "memcheck,valgrind"]) == 2
 
 
@@ -372,21 +219,26 @@ FAKE = textwrap.dedent("""\
     mode = os.environ["FAKE_MODE"]
     if mode == "hang":
         time.sleep(60)
-    logs = {{"clean": {clean!r}, "errors": {errors!r}, "skip": {clean!r}, "crash": {crashed!r}}}
+    if mode == "mixed":  # initcheck finds reads of unwritten memory, the other tools nothing
+        mode = "torch" if tool == "initcheck" else "clean"
+    logs = {{"clean": {clean!r}, "errors": {errors!r}, "skip": {clean!r}, "crash": {crashed!r}, "torch": {torch!r}}}
     open(log, "w").write(logs[mode])
     if mode == "skip":
         print({skip!r} + "peer_kernels is not installed")
     if mode == "errors":
+        print({kernels!r} + "_oob_copy_kernel")
         print({traceback!r})
-    sys.exit({{"clean": 0, "errors": 1, "skip": {skipped}, "crash": 255}}[mode])
+    if mode == "torch":
+        print({kernels!r} + "_rms_norm_fwd_kernel")
+    sys.exit({{"clean": 0, "errors": 1, "skip": {skipped}, "crash": 255, "torch": {exitcode}}}[mode])
 """)
 
 
 @pytest.fixture
 def fake_sanitizer(tmp_path, monkeypatch):
     path = _executable(tmp_path / "bin" / "compute-sanitizer", FAKE.format(
-        python=sys.executable, clean=CLEAN, errors=MEMCHECK_OOB, crashed=CRASHED, skip=SKIP_MARK,
-        traceback=TRACEBACK, skipped=SKIPPED))
+        python=sys.executable, clean=CLEAN, errors=MEMCHECK_OOB, crashed=CRASHED, torch=INITCHECK_TORCH,
+        skip=SKIP_MARK, kernels=KERNELS_MARK, traceback=TRACEBACK, skipped=SKIPPED, exitcode=ERROR_EXITCODE))
     monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "record.jsonl"))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
@@ -472,9 +324,104 @@ def test_cli_table_details_and_exit_status(fake_sanitizer, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "FAIL: memcheck: 3 errors: Invalid __global__ read of size 16 bytes at _oob_copy_kernel" in out
     assert "sanitize_masked · 1000-fp32 · fwd · mine · memcheck:\nmemcheck: 3 errors" in out  # -v details
-    for line in out.splitlines():
+    _remove_logs(out)
+
+
+def _remove_logs(text: str) -> None:
+    for line in text.splitlines():
         if "(log: " in line:
-            Path(line.split("(log: ", 1)[1].rstrip(")")).unlink(missing_ok=True)
+            log = Path(line.split("(log: ", 1)[1].rstrip(")"))
+            log.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                log.parent.rmdir()
+
+
+def test_reports_ignored_and_outside_the_op(fake_sanitizer, monkeypatch):
+    sanitizer, _ = fake_sanitizer
+    monkeypatch.setenv("FAKE_MODE", "torch")  # one report in the op's kernel, one in torch's reduction
+    spec = load_spec(f"{FIXTURES}:MASKED")
+    (res,) = run_sanitize(spec, tools="initcheck", sanitizer=sanitizer)
+    assert not res.passed and res.sanitizer.verdict == "2 errors (1 outside the op)"
+    assert res.problems[0].startswith("initcheck: 2 errors, 1 of them outside the op's kernels: ")
+    assert f"\n\n{OUTSIDE}Uninitialized __global__ memory read" in res.problems[0]
+    _remove_logs(res.problems[0])
+    (res,) = run_sanitize(spec, tools="initcheck", sanitizer=sanitizer,
+                          ignore=["initcheck:at::native::*", "*:_rms_norm_*"])
+    assert res.passed and res.sanitizer.verdict == "clean (2 ignored)" and not res.problems
+    (note,) = res.notes
+    assert note.startswith("initcheck: 2 reports ignored (initcheck:at::native::*, *:_rms_norm_*), the first: "
+                           "Uninitialized __global__ memory read")
+    log = Path(res.sanitizer.log)
+    assert note.endswith(f"(log: {log})") and log.read_text() == INITCHECK_TORCH  # kept: something to read
+    _remove_logs(note)
+    with pytest.raises(ValueError, match="unknown compute-sanitizer tool 'initchek'"):
+        run_sanitize(spec, tools="initcheck", sanitizer=sanitizer, ignore=["initchek:x"])
+
+
+def test_cli_ignore_rules(fake_sanitizer, monkeypatch, capsys):
+    sanitize_module = importlib.import_module("kernelworks.check.sanitize")
+
+    sanitizer, records = fake_sanitizer
+    monkeypatch.setattr(sanitize_module, "unavailable", lambda: None)
+    monkeypatch.setattr(sanitize_module, "find_sanitizer", lambda: sanitizer)
+    monkeypatch.setenv("FAKE_MODE", "mixed")
+    argv = ["check", f"{FIXTURES}:MASKED", "--sanitize-tools", "memcheck,initcheck", "-v"]
+    assert main([*argv, "--sanitize-ignore", "initcheck:at::native::*", "--sanitize-ignore", "*:_rms_norm_*"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.rstrip() for line in out.splitlines() if "sanitize_masked" in line and "check " in line]
+    assert [(row.split()[4], row.split(maxsplit=5)[-1]) for row in rows] == [
+        ("memcheck", "clean"), ("initcheck", "clean (2 ignored)")]
+    assert "sanitize_masked · 1000-fp32 · fwd · mine: initcheck: 2 reports ignored" in out  # -v notes
+    assert "compute-sanitizer (memcheck, initcheck): 2 clean, 0 with errors, 0 did not finish, 0 skipped; " \
+           "2 reports ignored" in out
+    _remove_logs(out)
+    ran = len(records())
+    assert main(["check", f"{FIXTURES}:MASKED", "--sanitize-ignore", "memchek:_k"]) == 2  # before anything runs
+    captured = capsys.readouterr()
+    assert "unknown compute-sanitizer tool 'memchek'" in captured.err and captured.out == ""
+    assert len(records()) == ran
+
+
+def test_report_sanitize_section(fake_sanitizer, monkeypatch, tmp_path, capsys):
+    from kernelworks.report import SANITIZE_LOGS
+
+    sanitize_module = importlib.import_module("kernelworks.check.sanitize")
+    sanitizer, _ = fake_sanitizer
+    monkeypatch.setattr(sanitize_module, "unavailable", lambda: None)
+    monkeypatch.setattr(sanitize_module, "find_sanitizer", lambda: sanitizer)
+    monkeypatch.setenv("FAKE_MODE", "mixed")
+    code = main(["report", "--op", "silu", "--out", str(tmp_path), "--no-bench", "--sanitize-tools",
+                 "memcheck,initcheck"])
+    text = (tmp_path / "report.md").read_text()
+    assert code == 1, text  # initcheck's errors fail the op
+    out = capsys.readouterr().out
+    assert "silu: compute-sanitizer (memcheck, initcheck): " in out and "(failing: silu)" in out
+    section = text.split("## compute-sanitizer (`kw check --sanitize`)", 1)[1].split("\n## ", 1)[0]
+    runs = json.loads((tmp_path / "sanitize.json").read_text())["runs"]
+    cases = sorted({r["case"] for r in runs})
+    assert cases and [(r["tool"], r["status"]) for r in runs] == [("memcheck", "clean"), ("initcheck", "errors")] * \
+        len(cases)
+    assert "| op | case | mode | provider | memcheck | initcheck |" in section
+    for case in cases:
+        log = f"{SANITIZE_LOGS}/silu-{case}-kernelworks-initcheck.log"
+        assert f"| silu | {case} | fwd+bwd | kernelworks | [clean]({SANITIZE_LOGS}/silu-{case}-kernelworks-memcheck" \
+               f".log) | [2 errors (1 outside the op)]({log}) |" in section
+        assert (tmp_path / log).read_text() == INITCHECK_TORCH
+        assert f"**silu · {case} · fwd+bwd · kernelworks · initcheck**: 2 errors (1 outside the op)\n\n```\n" \
+               "Uninitialized __global__ memory read of size 4 bytes\nat _rms_norm_fwd_kernel" in section
+    assert all(r["log"].endswith(f"-{r['tool']}.log") and r["verdict"] for r in runs)
+    assert runs[1]["records"][1].startswith(OUTSIDE)
+    assert main(["report", "--op", "silu", "--out", str(tmp_path / "again"), "--no-bench", "--sanitize",
+                 "--sanitize-ignore", "initcheck:*"]) == 0  # all four tools; initcheck's reports ignored
+    again = (tmp_path / "again" / "report.md").read_text()
+    assert "| memcheck | racecheck | initcheck | synccheck |" in again and "clean (2 ignored)" in again
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_report_refuses_to_sanitize_without_gpu(tmp_path, capsys):
+    assert main(["report", "--op", "silu", "--out", str(tmp_path), "--no-bench", "--sanitize"]) == 2
+    assert "kw report --sanitize cannot run here:\n- no CUDA GPU is visible" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()  # refused before any check ran
 
 
 # ------------------------------------------------------------------------------------------ on a GPU
@@ -513,3 +460,28 @@ def test_gpu_cli_sanitize_row_is_clean(capsys):
     assert main(["check", "softmax", "--case", "1x7-fp32", "--sanitize-tools", "memcheck"]) == 0
     out = capsys.readouterr().out
     assert "compute-sanitizer (memcheck): 1 clean, 0 with errors" in out
+
+
+@pytest.mark.gpu
+def test_gpu_child_names_the_triton_kernels_the_provider_loaded():
+    kernels: set[str] = set()
+    run_case(load_spec(f"{FIXTURES}:TORCH_UNINIT"), "1000", kernels=kernels)
+    assert kernels == {"_oob_copy_kernel"}  # not torch's reduction, nor the input maker's randn
+
+
+@pytest.mark.gpu
+def test_gpu_unwritten_reads_are_reported_by_initcheck_in_the_op_or_outside_it(tmp_path):
+    _need_sanitizer()
+    (own,) = run_sanitize(load_spec(f"{FIXTURES}:UNINIT"), tools=["initcheck"], log_dir=tmp_path)
+    (torchs,) = run_sanitize(load_spec(f"{FIXTURES}:TORCH_UNINIT"), tools=["initcheck"], log_dir=tmp_path)
+    (good,) = run_sanitize(load_spec(f"{FIXTURES}:MASKED"), tools=["initcheck"], log_dir=tmp_path)
+    assert good.passed, good.problems
+    assert own.sanitizer.status == "errors" and own.sanitizer.outside == 0, own.problems
+    assert own.sanitizer.records[0].startswith("Uninitialized __global__ memory read"), own.problems
+    assert "_scale_kernel" in own.sanitizer.records[0], own.problems
+    assert torchs.sanitizer.status == "errors" and torchs.sanitizer.outside > 0, torchs.problems
+    assert all(r.startswith(OUTSIDE + "Uninitialized __global__ memory read") for r in torchs.sanitizer.records)
+    (ignored,) = run_sanitize(load_spec(f"{FIXTURES}:TORCH_UNINIT"), tools=["initcheck"], log_dir=tmp_path,
+                              ignore=["initcheck:at::native::*"])
+    assert ignored.passed and ignored.sanitizer.ignored == torchs.sanitizer.errors, ignored.sanitizer
+

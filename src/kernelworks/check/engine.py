@@ -13,7 +13,8 @@ For each case, on fresh seeded inputs:
    hard-coded).
 
 ``kw check --sanitize`` adds, per case and tool, a run under NVIDIA's compute-sanitizer in a child process
-(:mod:`kernelworks.check.sanitize`); its results are :class:`CaseResult` too, with ``tool`` set.
+(:mod:`kernelworks.check.sanitize`); its results are :class:`CaseResult` too, with ``tool`` and ``sanitizer``
+set.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +30,9 @@ from kernelworks.check.compare import Comparison, bitwise_equal, compare
 from kernelworks.runtime.alloc import poison_outputs
 from kernelworks.runtime.device import default_device, has_gpu, interpreter_active
 from kernelworks.spec import Case, Inputs, OpSpec
+
+if TYPE_CHECKING:
+    from kernelworks.check.sanitize_log import Outcome
 
 
 @dataclass
@@ -45,6 +49,7 @@ class CaseResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # what did not run and why (a probe skipped), not failures
     tool: str = ""  # the compute-sanitizer tool this run was watched by (kernelworks.check.sanitize); "": none
+    sanitizer: Outcome | None = None  # that run's verdict, counts, first reports and log; None: not watched
 
     @property
     def passed(self) -> bool:

@@ -1,5 +1,6 @@
 """Tables of check results: one row per output compared (forward outputs and each gradient), and one per
-compute-sanitizer run (its tool in the output column: ``clean`` or what it found).
+compute-sanitizer run (its tool in the output column: ``clean``, ``clean (2 ignored)`` or what it found);
+:func:`sanitize_grid` lays the sanitizer's runs out case by tool, for the report.
 
 A failure's text can be long (an interpreter error carries the kernel's source; a compile error several
 kilobytes): table cells show it on one line, cut to :data:`CELL_CHARS`, and :func:`failure_details` gives
@@ -8,7 +9,9 @@ every failure's full text, for ``kw check --verbose`` and the report file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from kernelworks.check.engine import CaseResult
 from kernelworks.tables import fmt_num, markdown_table, text_table
@@ -39,7 +42,7 @@ def _rows(results: Sequence[CaseResult], full: bool) -> list[list[str]]:
             rows.append([*head, r.tool, "", "", "", "", f"skip ({r.skipped if full else one_line(r.skipped)})"])
             continue
         if r.tool and not r.problems:
-            rows.append([*head, r.tool, "", "", "", "", "clean"])
+            rows.append([*head, r.tool, "", "", "", "", r.sanitizer.verdict if r.sanitizer else "clean"])
         for c in r.comparisons:
             verdict = "ok" if c.passed else f"FAIL: {c.problem if full else one_line(c.problem)}"
             rows.append([*head, c.output, fmt_num(c.max_abs), fmt_num(c.max_rel), fmt_num(c.rel_l2),
@@ -73,3 +76,21 @@ def summarize(results: Sequence[CaseResult]) -> tuple[int, int, int]:
     passed = sum(r.passed for r in results)
     skipped = sum(bool(r.skipped) for r in results)
     return passed, len(results) - passed - skipped, skipped
+
+
+def sanitize_grid(results: Sequence[CaseResult], *, links_from: Path | None = None) -> str:
+    """The compute-sanitizer runs among ``results`` as a Markdown table (empty when there are none): one row per
+    op, case, mode and provider, one column per tool, each cell the run's verdict (``clean``, ``clean (2
+    ignored)``, ``3 errors (1 outside the op)``, ``did not finish``, ``skip``); with ``links_from``, a kept log
+    is linked, relative to that folder."""
+    runs = [r for r in results if r.tool]
+    tools = list(dict.fromkeys(r.tool for r in runs))
+    cells: dict[tuple[str, str, str, str], dict[str, str]] = {}
+    for r in runs:
+        verdict = r.sanitizer.verdict if r.sanitizer else "skip"
+        log = r.sanitizer.log if r.sanitizer else ""
+        if links_from is not None and log:
+            verdict = f"[{verdict}]({os.path.relpath(log, links_from)})"
+        cells.setdefault((r.op, r.case.id, r.mode, r.provider), {})[r.tool] = verdict
+    rows = [[*key, *(by_tool.get(t, "") for t in tools)] for key, by_tool in cells.items()]
+    return markdown_table(["op", "case", "mode", "provider", *tools], rows) if rows else ""

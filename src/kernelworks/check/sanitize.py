@@ -7,10 +7,12 @@ For every (case, tool) a fresh child process runs the case once, started as::
 
 (:mod:`kernelworks.check.sanitize_child`: the subject provider's forward and, where the spec declares
 ``grad_inputs``, its backward, on the inputs and seed ``kw check`` uses, then a device synchronise). The log's
-``ERROR SUMMARY: N errors`` (racecheck: ``RACECHECK SUMMARY: … (N errors, M warnings)``) gives the verdict and
-its first records say what was found (``Invalid __global__ write of size 4 bytes``, the kernel and its line).
-Each run comes back as a :class:`~kernelworks.check.engine.CaseResult` with ``tool`` set: clean; N errors (a
-failure, the first few records in its text, the log kept); did not finish (a time-out, the case or the
+summary gives the verdict and its first reports say what was found (``Invalid __global__ write of size 4
+bytes``, the kernel and its line); :mod:`kernelworks.check.sanitize_log` reads it, sets aside the reports an
+``--sanitize-ignore`` rule matches and labels those outside the op's kernels. Each run comes back as a
+:class:`~kernelworks.check.engine.CaseResult` with ``tool`` and ``sanitizer`` (the
+:class:`~kernelworks.check.sanitize_log.Outcome`) set: clean (with what was ignored or only warned of); N errors
+(a failure, the first few reports in its text, the log kept); did not finish (a time-out, the case or the
 sanitizer crashed: a failure too, since nothing was vouched for); or skipped (the provider is not installed
 here, the case is one it does not support).
 
@@ -40,32 +42,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelworks.check.engine import CaseResult, select_cases
-from kernelworks.check.sanitize_child import SKIP_MARK, SKIPPED
+from kernelworks.check.sanitize_log import ERROR_EXITCODE, TOOLS, IgnoreRule, judge, parse_ignores, parse_log
 from kernelworks.spec import STEP, Case, OpSpec
-
-TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-"""compute-sanitizer's four tools, in the order ``kw check --sanitize`` runs them."""
 
 TIMEOUTS = {"memcheck": 300.0, "synccheck": 300.0, "initcheck": 600.0, "racecheck": 900.0}
 """Seconds one run may take per tool (process start, import, Triton's compile and the watched case): racecheck
 and initcheck instrument every shared or global access and run far slower. ``--sanitize-timeout`` overrides."""
 
-ERROR_EXITCODE = 86
-"""What compute-sanitizer returns when the case ran but the tool found errors (``--error-exitcode``)."""
-
 MEMCHECK_PADDING = 1 << 20
 """Bytes of guard memcheck puts after every allocation (``--padding``): larger than a kernel's tile of any op
 here, so an overrun by a block or a row is reported rather than landing in the next tensor."""
-
-FIRST_ERRORS = 3
-"""Error records kept from a log (the first ones: later records are often cascades of the first)."""
-
-RECORD_LINES = 5
-"""Lines kept per record: the error, then where (``at kernel+0x… in file.py:line``), which thread, which address."""
 
 INSTALL_HINT = ("It ships with the CUDA toolkit, in its bin/ folder (https://developer.nvidia.com/cuda-downloads), "
                 "and in NVIDIA's wheel (`pip install nvidia-cuda-sanitizer-api` for CUDA 13, "
@@ -182,115 +171,6 @@ def child_command(sanitizer: str, tool: str, target: str, case_id: str, seed: in
     return cmd
 
 
-# ---------------------------------------------------------------------------------------------- the log
-
-_PREFIX = re.compile(r"^\s*=+ ?")  # the tool's lines start "========= "; the application's own never do
-_ERROR_SUMMARY = re.compile(r"^ERROR SUMMARY: ([\d,]+) errors?\s*$")
-_RACE_SUMMARY = re.compile(r"^RACECHECK SUMMARY: [\d,]+ hazards? displayed \(([\d,]+) errors?, ([\d,]+) warnings?\)")
-_STATUS = ("COMPUTE-SANITIZER", "LEAK SUMMARY", "ERROR SUMMARY", "RACECHECK SUMMARY",
-           "Target application returned an error", "Error: process didn't terminate successfully")
-_HOST_STACK = ("Saved host backtrace", "Host Frame")
-
-
-@dataclass
-class SanitizerLog:
-    """What one compute-sanitizer log says.
-
-    ``errors``: the count its summary gives (None: no summary line, the tool did not finish); ``warnings``:
-    racecheck's warnings (possible hazards it does not count as errors); ``records``: every report in order,
-    each its first lines (the error, then where, which thread, which address; host backtraces dropped)."""
-
-    errors: int | None = None
-    warnings: int = 0
-    records: list[list[str]] = field(default_factory=list)
-
-    def first_errors(self, n: int = FIRST_ERRORS) -> list[str]:
-        """The first ``n`` error records as text, warnings only when there are no errors."""
-        errors = [r for r in self.records if not r[0].startswith("Warning")]
-        return ["\n".join(r) for r in (errors or self.records)[:n]]
-
-
-def _count(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def parse_log(text: str) -> SanitizerLog:
-    """Read a compute-sanitizer log (``--log-file``, or its output with the application's lines mixed in)."""
-    log = SanitizerLog()
-    record: list[str] | None = None
-    in_host_stack = False
-    for raw in text.splitlines():
-        prefix = _PREFIX.match(raw)
-        if prefix is None:
-            continue
-        body = raw[prefix.end():]
-        line = body.strip()
-        if not line:  # a bare prefix line ends a record
-            record = None
-            continue
-        if m := _ERROR_SUMMARY.match(line):
-            log.errors = max(log.errors or 0, _count(m.group(1)))
-        elif m := _RACE_SUMMARY.match(line):
-            log.errors = max(log.errors or 0, _count(m.group(1)))
-            log.warnings = max(log.warnings, _count(m.group(2)))
-        if not body.startswith(" "):  # a line at the top level: a new report, or the tool's status
-            record = None if line.startswith(_STATUS) else [line]
-            in_host_stack = False
-            if record is not None:
-                log.records.append(record)
-        elif record is not None:
-            in_host_stack = in_host_stack or line.startswith(_HOST_STACK)
-            if not in_host_stack and len(record) < RECORD_LINES:
-                record.append(line)
-    return log
-
-
-@dataclass
-class Outcome:
-    """The verdict on one watched run: ``status`` is ``clean``, ``errors``, ``failed`` (did not finish) or
-    ``skipped``; ``message`` says what was found or why (empty when clean)."""
-
-    status: str
-    message: str = ""
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _tail(output: str, lines: int = 12) -> str:
-    kept = [x for x in output.splitlines() if x.strip()]
-    return "\n".join(kept[-lines:])
-
-
-def judge(tool: str, log: SanitizerLog, returncode: int | None, output: str, *, timed_out: bool = False,
-          timeout: float | None = None) -> Outcome:
-    """The verdict on one run from its log, the sanitizer's exit status and the child's output (stdout and
-    stderr together). Errors in the log come first: a case that crashes after memcheck's report crashed
-    because of what it reports. A run that did not finish says so first (``TOOL did not finish: …``)."""
-    found = "\n\n".join(log.first_errors())
-    if log.errors:
-        warned = f" and {_plural(log.warnings, 'warning')}" if log.warnings else ""
-        return Outcome("errors", f"{tool}: {_plural(log.errors, 'error')}{warned}" + (f": {found}" if found else ""))
-    also = f"\n\nthe log:\n{found}" if found else ""
-    said = f"\nits last output:\n{_tail(output)}" if output.strip() else ""
-    if timed_out:
-        return Outcome("failed", f"{tool} did not finish: timed out after {timeout:.0f} s (raise it with "
-                                 f"--sanitize-timeout){said}{also}")
-    if returncode == SKIPPED and SKIP_MARK in output:  # the child chose not to run (it may not have touched CUDA)
-        return Outcome("skipped", output.split(SKIP_MARK, 1)[1].splitlines()[0].strip())
-    if log.errors is None:
-        return Outcome("failed", f"{tool} did not finish: it exited (status {returncode}) without an error "
-                                 f"summary{said}{also}")
-    if returncode == 0:
-        return Outcome("clean")
-    if returncode == ERROR_EXITCODE:
-        return Outcome("failed", f"{tool} did not finish: exit status {ERROR_EXITCODE} (errors found) but its log "
-                                 f"counts none{said}")
-    return Outcome("failed", f"{tool} did not finish: the case raised or crashed (exit status {returncode}): "
-                             f"{_tail(output, 1) or 'no output'}{said}")
-
-
 # ---------------------------------------------------------------------------------------------- running
 
 def _safe(name: str) -> str:
@@ -322,17 +202,18 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def sanitize_case(spec: OpSpec, case: Case, tool: str, *, target: str, seed: int, log_dir: Path,
                   sanitizer: str, provider: str | None = None, timeout: float | None = None,
-                  padding: int = MEMCHECK_PADDING) -> tuple[CaseResult, Path]:
-    """One case under one tool, in a child process; returns its result and its log's path."""
+                  padding: int = MEMCHECK_PADDING, ignore: Sequence[IgnoreRule] = ()) -> CaseResult:
+    """One case under one tool, in a child process; its result's ``sanitizer`` holds the verdict and the
+    log's path (the log is in ``log_dir``)."""
     name = provider or spec.subject
     prov = spec.all_providers()[name]
     mode = STEP if spec.grad_inputs and prov.supports_backward else "fwd"
     res = CaseResult(spec.name, case, mode, name, tool=tool)
-    log_file = log_dir / _safe(f"{spec.name}-{case.id}-{name}-{tool}.log")
     ok, why = prov.available()
     if not ok:
         res.skipped = why
-        return res, log_file
+        return res
+    log_file = log_dir / _safe(f"{spec.name}-{case.id}-{name}-{tool}.log")
     limit = timeout or TIMEOUTS[tool]
     cmd = child_command(sanitizer, tool, target, case.id, seed, log_file, provider=provider, padding=padding)
     log_file.unlink(missing_ok=True)
@@ -340,34 +221,40 @@ def sanitize_case(spec: OpSpec, case: Case, tool: str, *, target: str, seed: int
     returncode, output, timed_out = _run(cmd, child_env(), limit)
     res.seconds = time.perf_counter() - t0
     text = log_file.read_text(errors="replace") if log_file.is_file() else ""
-    outcome = judge(tool, parse_log(text), returncode, output, timed_out=timed_out, timeout=limit)
+    res.sanitizer = outcome = judge(tool, parse_log(text), returncode, output, ignore=ignore,
+                                    timed_out=timed_out, timeout=limit)
+    outcome.log = str(log_file)
     if outcome.status == "skipped":
         res.skipped = outcome.message
     elif outcome.status != "clean":
         res.problems.append(f"{outcome.message}\n(log: {log_file})")
-    return res, log_file
+    res.notes += [f"{note}\n(log: {log_file})" for note in outcome.notes]
+    return res
 
 
 def run_sanitize(spec: OpSpec, cases: Iterable[str] | None = None, *, tools: str | Iterable[str] = TOOLS,
                  provider: str | None = None, seed: int = 0, tags: Iterable[str] | None = None,
                  timeout: float | None = None, log_dir: str | Path | None = None, progress: bool = False,
-                 sanitizer: str | None = None, padding: int = MEMCHECK_PADDING) -> list[CaseResult]:
+                 sanitizer: str | None = None, padding: int = MEMCHECK_PADDING,
+                 ignore: Iterable[str | IgnoreRule] = ()) -> list[CaseResult]:
     """Run every selected check case of ``spec`` under each of ``tools`` (same selection and seeds as
     :func:`~kernelworks.check.engine.run_check`); one result per (case, tool).
 
     ``tools``: names, or ``"memcheck,racecheck"``. ``timeout``: seconds per run (default per tool:
     :data:`TIMEOUTS`). ``log_dir``: keep every log there; by default logs go to a temporary folder and only
-    those of runs that found something or did not finish are kept (their paths are in the results' text).
-    ``sanitizer``: the executable (default :func:`find_sanitizer`, once :func:`unavailable` finds nothing
-    missing). ``padding``: memcheck's guard bytes after each allocation. Raises ``RuntimeError`` saying what
-    is missing where it cannot run (no GPU, no compute-sanitizer)."""
+    those with something to read are kept (errors, warnings, ignored reports, a run that did not finish; their
+    paths are in the results' text and ``sanitizer.log``). ``sanitizer``: the executable (default
+    :func:`find_sanitizer`, once :func:`unavailable` finds nothing missing). ``padding``: memcheck's guard bytes
+    after each allocation. ``ignore``: ``TOOL:KERNEL_GLOB`` rules (:func:`~kernelworks.check.sanitize_log.
+    parse_ignore`) whose reports are counted apart, not as errors. Raises ``ValueError`` for a malformed tool
+    or rule and ``RuntimeError`` saying what is missing where it cannot run (no GPU, no compute-sanitizer)."""
+    chosen_tools, rules = parse_tools(tools), parse_ignores(ignore)
     if sanitizer is None:
         why = unavailable()
         if why:
             raise RuntimeError(f"kw check --sanitize cannot run here:\n{why}")
         sanitizer = find_sanitizer()
         assert sanitizer is not None
-    chosen_tools = parse_tools(tools)
     chosen = select_cases(spec, cases, tags)
     target = spec_target(spec)
     keep_all = log_dir is not None
@@ -384,11 +271,12 @@ def run_sanitize(spec: OpSpec, cases: Iterable[str] | None = None, *, tools: str
             for tool in chosen_tools:
                 if bar is not None:
                     bar.set_postfix_str(f"{c.id} {tool}")
-                res, log_file = sanitize_case(spec, c, tool, target=target, seed=seed + i, log_dir=folder,
-                                              sanitizer=sanitizer, provider=provider, timeout=timeout,
-                                              padding=padding)
-                if not keep_all and not res.problems:
-                    log_file.unlink(missing_ok=True)
+                res = sanitize_case(spec, c, tool, target=target, seed=seed + i, log_dir=folder,
+                                    sanitizer=sanitizer, provider=provider, timeout=timeout, padding=padding,
+                                    ignore=rules)
+                if not keep_all and res.sanitizer is not None and not res.sanitizer.noteworthy:
+                    Path(res.sanitizer.log).unlink(missing_ok=True)
+                    res.sanitizer.log = ""
                 out.append(res)
                 if bar is not None:
                     bar.update()
@@ -402,14 +290,13 @@ def run_sanitize(spec: OpSpec, cases: Iterable[str] | None = None, *, tools: str
 
 def sanitize_summary(results: Sequence[CaseResult]) -> str:
     """One line over the sanitizer's results (empty when there are none): tools, clean, with errors, not
-    finished, skipped."""
+    finished, skipped, and the reports ignored."""
     runs = [r for r in results if r.tool]
     if not runs:
         return ""
     tools = ", ".join(dict.fromkeys(r.tool for r in runs))
-    failed = sum(1 for r in runs if r.problems and r.problems[0].startswith(f"{r.tool} did not finish"))
-    errors = sum(1 for r in runs if r.problems) - failed
-    skipped = sum(bool(r.skipped) for r in runs)
-    clean = len(runs) - errors - failed - skipped
-    return (f"compute-sanitizer ({tools}): {clean} clean, {errors} with errors, {failed} did not finish, "
-            f"{skipped} skipped")
+    status = [r.sanitizer.status if r.sanitizer else "skipped" for r in runs]
+    ignored = sum(r.sanitizer.ignored for r in runs if r.sanitizer)
+    return (f"compute-sanitizer ({tools}): {status.count('clean')} clean, {status.count('errors')} with errors, "
+            f"{status.count('failed')} did not finish, {status.count('skipped')} skipped"
+            + (f"; {ignored} reports ignored" if ignored else ""))

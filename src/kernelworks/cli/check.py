@@ -4,12 +4,17 @@ Each op's table is printed (and flushed) as soon as its cases are done, so a run
 found; failures show on one line each, their full text with ``--verbose``. ``--sanitize`` adds a run of each
 case under every compute-sanitizer tool, one row each (:mod:`kernelworks.check.sanitize`); where it cannot
 run (no GPU, no compute-sanitizer) it refuses before any case runs, saying what is missing, with exit status 2.
+``--sanitize-ignore TOOL:KERNEL_GLOB`` sets known false positives apart: counted and shown, not failures.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelworks.check.sanitize_log import IgnoreRule
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,22 +31,46 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adversarial", action="store_true",
                    help="also probe for cheats: results cached by address or shape, outputs ignoring an input, "
                         "a lower precision than the dtype promises, hard-coded sizes")
+    add_sanitize_arguments(p)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each failure's full text after its op's table (cells show one line), and the "
+                        "notes: probes that could not run, sanitizer reports ignored or only warned of")
+
+
+def add_sanitize_arguments(p: argparse.ArgumentParser, *, logs: bool = True) -> None:
+    """The ``--sanitize*`` options, shared by ``kw check`` and ``kw report`` (``logs``: offer
+    ``--sanitize-logs``)."""
     p.add_argument("--sanitize", action="store_true",
                    help="GPU: also run each case (forward, and backward where the op has gradients) under "
-                        "NVIDIA compute-sanitizer, a fresh process per case and tool, one row each: clean, N "
-                        "errors (the first in the details), or did not finish. Slow: seconds to minutes a run")
+                        "NVIDIA compute-sanitizer, a fresh process per case and tool, one result each: clean, N "
+                        "errors (the first reports in the details, those in a kernel that is not one of the op's "
+                        "own marked [outside the op]), or did not finish. Slow: seconds to minutes a run")
     p.add_argument("--sanitize-tools", metavar="TOOLS",
                    help="comma-separated compute-sanitizer tools (implies --sanitize; default all: "
                         "memcheck,racecheck,initcheck,synccheck)")
     p.add_argument("--sanitize-timeout", type=float, metavar="SECONDS",
                    help="time limit of one sanitizer run (default per tool: memcheck and synccheck 300, "
                         "initcheck 600, racecheck 900); a run past it fails as 'did not finish'")
-    p.add_argument("--sanitize-logs", metavar="DIR",
-                   help="keep every sanitizer log in DIR (default: a temporary folder keeping only the logs of "
-                        "runs that found something or did not finish)")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print each failure's full text after its op's table (cells show one line), and the "
-                        "probes that could not run")
+    if logs:
+        p.add_argument("--sanitize-logs", metavar="DIR",
+                       help="keep every sanitizer log in DIR (default: a temporary folder keeping only the logs "
+                            "with something to read: errors, warnings, ignored reports, runs that did not finish)")
+    p.add_argument("--sanitize-ignore", action="append", metavar="TOOL:KERNEL_GLOB", default=[],
+                   help="set aside the reports of TOOL (or * for any) in kernels matching the glob, e.g. "
+                        "initcheck:at::native::* (matched against the kernel's full demangled name and its bare "
+                        "name; for a failed CUDA API call, the call's name): counted and shown ('clean (2 "
+                        "ignored)'), not failures. Repeatable; implies --sanitize")
+
+
+def sanitize_request(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[IgnoreRule, ...]]:
+    """The tools (empty: no sanitizer run asked for) and ignore rules the ``--sanitize*`` options ask for;
+    ``ValueError`` for an unknown tool or a malformed rule, before anything runs."""
+    from kernelworks.check.sanitize import TOOLS, parse_tools
+    from kernelworks.check.sanitize_log import parse_ignores
+
+    rules = parse_ignores(args.sanitize_ignore)
+    asked = args.sanitize or args.sanitize_tools or rules
+    return (parse_tools(args.sanitize_tools or TOOLS) if asked else ()), rules
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,11 +78,10 @@ def run(args: argparse.Namespace) -> int:
     from kernelworks.check.engine import where_checks_run
     from kernelworks.spec import load_spec, registry
 
-    tools = None
-    if args.sanitize or args.sanitize_tools:
-        from kernelworks.check.sanitize import TOOLS, parse_tools, unavailable
+    tools, rules = sanitize_request(args)
+    if tools:
+        from kernelworks.check.sanitize import unavailable
 
-        tools = parse_tools(args.sanitize_tools or TOOLS)
         why = unavailable()
         if why:  # refused before any case runs: the checklist alone would read as a pass of --sanitize
             print(f"kw check --sanitize cannot run here:\n{why}", file=sys.stderr)
@@ -70,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
             from kernelworks.check.sanitize import run_sanitize
 
             ran = run_sanitize(spec, args.case, tools=tools, provider=args.provider, seed=args.seed, tags=tags,
-                               timeout=args.sanitize_timeout, log_dir=args.sanitize_logs, progress=True)
+                               timeout=args.sanitize_timeout, log_dir=args.sanitize_logs, progress=True,
+                               ignore=rules)
             results, sanitized = results + ran, sanitized + ran
         print(("\n" if i else "") + check_table(results, markdown=args.markdown), flush=True)
         details = failure_details(results, markdown=args.markdown) if args.verbose else ""
