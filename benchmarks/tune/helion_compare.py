@@ -109,6 +109,25 @@ def _torch_shims() -> None:
         triton_compat.IntelGPUError = type("IntelGPUError", (RuntimeError,), {})
 
 
+_SHIM_SOURCE = """\
+try:  # written by benchmarks/tune/helion_compare.py: see _torch_shims there
+    from torch._inductor.runtime import triton_compat as _tc
+    if not hasattr(_tc, "IntelGPUError"):
+        _tc.IntelGPUError = type("IntelGPUError", (RuntimeError,), {})
+except Exception:
+    pass
+"""
+
+
+def _shim_subprocesses(folder: Path) -> None:
+    """Helion benchmarks and precompiles its candidates in fresh Python processes, which import Helion before any
+    code of ours runs there: a ``sitecustomize`` module in ``folder``, put first on ``PYTHONPATH`` for every
+    process this one starts, applies :func:`_torch_shims` in them too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_SHIM_SOURCE)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+
+
 def _helion() -> Any:
     """Import Helion (and bind ``hl`` for the kernel bodies)."""
     global hl
@@ -523,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "src"))  # runnable without PYTHONPATH from a checkout
     import kernelworks  # noqa: F401  (the interpreter switches on here without a GPU)
 
+    if not args.smoke:
+        _shim_subprocesses(Path(tempfile.mkdtemp(prefix="helion-compare-shim-")))
     if args.worker:  # a child of _run_isolated: one shape, its record written after every phase
         op, _, shape = args.worker.partition(":")
         env = environment()
