@@ -204,7 +204,11 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
         start = _start(spec, case, grid, divmod(gate.target.arch, 10) if gate is not None else (9, 0))
         search: Ordered | Pattern = Pattern(spec.configs, start, seed)
     else:
-        search = Ordered(len(spec.configs), strategy, seed, 2 * workers)
+        # exhaustive: every config to the compile gate at once, so its workers never wait at a batch's slowest
+        # compile (H100, rms_norm's 33 candidates in batches of 16: three gate rounds of 15-25 s each);
+        # random: batches, so a budget stops the compiles too
+        search = Ordered(len(spec.configs), strategy, seed,
+                         len(spec.configs) + 1 if strategy == "exhaustive" else 2 * workers)
     torch.manual_seed(seed)
     inputs = spec.inputs(case, device)
     ref = as_outputs(spec.reference(**upcast(inputs)))
