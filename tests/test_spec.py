@@ -44,6 +44,21 @@ def test_load_spec_from_file_and_name():
         load_spec(f"{EXAMPLE}:reference")
 
 
+def test_a_file_runs_once_and_a_failed_one_is_not_kept(tmp_path):
+    runs = tmp_path / "runs.txt"
+    f = tmp_path / "once.py"
+    f.write_text(f"open({str(runs)!r}, 'a').write('ran\\n')\nA = B = None\n")
+    for attr in "AB":
+        with pytest.raises(TypeError, match="expected an OpSpec"):
+            load_spec(f"{f}:{attr}")
+    assert runs.read_text() == "ran\n"
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    for _ in range(2):  # raised again: the half-run module was not kept
+        with pytest.raises(RuntimeError, match="boom"):
+            load_spec(f"{bad}:A")
+
+
 def test_subject_must_be_a_provider():
     with pytest.raises(ValueError, match="subject"):
         OpSpec("x", torch.relu, lambda c, d: {}, [], [], lambda c, m: Cost(), {"a": Provider("a", torch.relu)},

@@ -18,7 +18,12 @@ flags and environment) and keeps the logs, which become the parser's fixtures in
   gives no way to touch shared memory directly, so a Triton race is not practical to write.
 - ``warp_race`` (racecheck): the same inside one warp, where racecheck may say warning rather than error.
 - ``divergent_barrier`` (synccheck): CUDA C again (Triton places its own barriers): ``__syncthreads()`` inside
-  a branch part of the block skips, as NVIDIA's ``Synccheck/divergent_threads.cu`` does.
+  a branch part of the block skips, as NVIDIA's ``Synccheck/divergent_threads.cu`` does. On an H100 with CUDA
+  13's compute-sanitizer synccheck did **not** report it (0 errors): the threads that skip the barrier go on to
+  exit, and PTX releases a barrier held up only by exited threads, so on sm_70+ the run is well defined.
+- ``split_barrier`` (synccheck): the kind synccheck does report on recent GPUs (llama.cpp's FlashAttention fix,
+  ggml-org/llama.cpp#27955, on an RTX 4070 with CUDA 13): one part of the block waits at the ``__syncthreads()``
+  of one branch, the rest at another's. Not run on a GPU yet.
 
 Each prints one line saying what ran; it exits 0 whatever the tool finds (the tool's exit status says that).
 """
@@ -116,6 +121,19 @@ extern "C" __global__ void divergent_barrier(const float* x, float* y, int n) {
     }
     y[t] = tile[63 - t];
 }
+
+extern "C" __global__ void split_barrier(const float* x, float* y) {
+    __shared__ float tile[64];
+    int t = threadIdx.x;
+    if (t < 48) {  // the bug: threads 0-47 wait at this barrier, 48-63 (half of the second warp) at the other
+        tile[t] = x[t];
+        __syncthreads();
+    } else {
+        tile[t] = -x[t];
+        __syncthreads();
+    }
+    y[t] = tile[63 - t];
+}
 """
 
 
@@ -146,8 +164,14 @@ def divergent_barrier() -> None:
     _cuda_kernel("divergent_barrier")(grid=(1, 1, 1), block=(64, 1, 1), args=[x, y, n])
 
 
+def split_barrier() -> None:
+    x, y = torch.randn(64, device="cuda"), torch.empty(64, device="cuda")
+    _cuda_kernel("split_barrier")(grid=(1, 1, 1), block=(64, 1, 1), args=[x, y])
+
+
 PROGRAMS: dict[str, Callable[[], None]] = {f.__name__: f for f in (
-    clean, oob_write, uninit_read, padding_read, torch_uninit, smem_race, warp_race, divergent_barrier)}
+    clean, oob_write, uninit_read, padding_read, torch_uninit, smem_race, warp_race, divergent_barrier,
+    split_barrier)}
 
 
 def main(argv: list[str]) -> int:

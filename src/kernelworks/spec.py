@@ -21,6 +21,7 @@ Then ``kw check path/to/file.py:SPEC`` or ``kernelworks.check(SPEC)``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -281,8 +283,26 @@ def registry() -> dict[str, OpSpec]:
     return dict(sorted(_REGISTRY.items()))
 
 
+def _exec_file(module_name: str, path: Path, where: str) -> ModuleType:
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ImportError(f"cannot import {where}")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def load_spec(target: str) -> OpSpec:
-    """Resolve ``NAME`` (registered op), ``path/to/file.py:ATTR`` or ``package.module:ATTR`` to a spec."""
+    """Resolve ``NAME`` (registered op), ``path/to/file.py:ATTR`` or ``package.module:ATTR`` to a spec.
+
+    A file is run once per process, as an import is: every ``file.py:ATTR`` of one file comes from the same
+    module (``kw check f.py:A f.py:B`` runs ``f.py`` once, so a spec it registers is not registered twice, and
+    ``A`` stays bound in a module of ``sys.modules``, where ``kw check --sanitize`` finds it for its child)."""
     if ":" not in target:
         specs = registry()
         if target not in specs:
@@ -293,13 +313,10 @@ def load_spec(target: str) -> OpSpec:
         path = Path(where).resolve()
         if not path.is_file():
             raise FileNotFoundError(f"no such file: {where}")
-        module_name = f"_kw_user_{path.stem}_{abs(hash(path)) & 0xFFFF:x}"
-        loader_spec = importlib.util.spec_from_file_location(module_name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise ImportError(f"cannot import {where}")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[module_name] = module
-        loader_spec.loader.exec_module(module)
+        module_name = f"_kw_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"  # one per file
+        module = sys.modules.get(module_name)
+        if module is None or getattr(module, "__file__", None) != str(path):
+            module = _exec_file(module_name, path, where)
     else:
         module = importlib.import_module(where)
     found = sorted(name for name, value in vars(module).items() if isinstance(value, OpSpec))

@@ -118,6 +118,14 @@ def test_spec_target_names_a_registered_op_or_the_file_of_a_loaded_spec():
         spec_target(loose)
 
 
+def test_spec_target_of_several_specs_loaded_from_one_file():
+    # kw check F:OOB F:MASKED loads both before either runs: the second load must not drop the first's module
+    # (it did: sanitize_samples.sh's kw-fixtures runs failed with "not registered nor bound")
+    oob, masked = load_spec(f"{FIXTURES}:OOB"), load_spec(f"{FIXTURES}:MASKED")
+    assert (spec_target(oob), spec_target(masked)) == (f"{FIXTURES}:OOB", f"{FIXTURES}:MASKED")
+    assert load_spec(f"{FIXTURES}:OOB") is oob  # the file ran once
+
+
 def test_parse_tools():
     assert parse_tools(True) == TOOLS
     assert parse_tools("memcheck, racecheck,memcheck") == ("memcheck", "racecheck")

@@ -56,6 +56,25 @@ EXPECTED: dict[str, tuple[int | None, int, list[str], str]] = {
     "synccheck-divergent.log": (16, 0, ["myKernel"] * 2, "Barrier error detected. Divergent thread(s) in block."),
     "synccheck-cuda-memcheck.log": (1, 0, ["globFunction"], "Barrier error detected. Divergent thread(s) in block"),
     "no-summary.log": (None, 0, ["", ""], "Error: No attachable process found."),
+    # real logs: benchmarks/checks/sanitize_samples.sh on an H100, compute-sanitizer 2025.3.1 (CUDA 13), torch 2.11,
+    # triton 3.6 (the README in sanitize_logs/ says which were trimmed and how)
+    "real/clean-memcheck.log": (0, 0, [], ""),
+    "real/clean-initcheck.log": (0, 0, [], ""),
+    "real/clean-racecheck.log": (0, 0, [], ""),
+    "real/clean-synccheck.log": (0, 0, [], ""),
+    "real/divergent_barrier-synccheck.log": (0, 0, [], ""),  # the bug, not reported there (see the README)
+    "real/oob_write-memcheck.log": (8, 0, ["_copy_kernel"] * 6 + ["cudaDeviceSynchronize", "cudaGetLastError"],
+                                    "Invalid __global__ write of size 16 bytes"),
+    "real/uninit_read-initcheck.log": (1000, 0, ["_scale_kernel"] * 10,  # 100 printed, the first 10 kept
+                                       "Uninitialized __global__ memory read of size 4 bytes"),
+    "real/padding_read-initcheck.log": (24, 0, ["_padded_rows_kernel"] * 24,
+                                        "Uninitialized __global__ memory read of size 16 bytes"),
+    "real/torch_uninit-initcheck.log": (8, 0, ["at::native::reduce_kernel"] * 8,
+                                        "Uninitialized __global__ memory read of size 4 bytes"),
+    "real/smem_race-racecheck.log": (1, 0, ["smem_race"],
+                                     "Error: Race reported between Write access at smem_race+0x200 in smem_race.cu:5"),
+    "real/warp_race-racecheck.log": (0, 1, ["smem_race"],  # the same kernel, one warp: a warning
+                                     "Warning: Race reported between Write access at smem_race+0x200"),
 }
 
 
@@ -264,3 +283,75 @@ def test_an_outcome_as_json():
         "status": "errors", "errors": 1, "warnings": 1, "ignored": 0, "outside": 0, "log": "/logs/x.log",
         "verdict": "1 error (1 warning)"}
     assert data["records"][0].startswith("Error: Race reported")
+
+
+# -------------------------------------------------------------------------------------- real logs, judged
+
+REAL_RUNS = {  # log: (tool, the exit status compute-sanitizer returned (index.txt of the run), kw's verdict)
+    "real/clean-memcheck.log": ("memcheck", 0, "clean"),
+    "real/clean-initcheck.log": ("initcheck", 0, "clean"),
+    "real/clean-racecheck.log": ("racecheck", 0, "clean"),
+    "real/clean-synccheck.log": ("synccheck", 0, "clean"),
+    "real/divergent_barrier-synccheck.log": ("synccheck", 0, "clean"),  # synccheck did not report the bug
+    "real/oob_write-memcheck.log": ("memcheck", ERROR_EXITCODE, "8 errors"),
+    "real/uninit_read-initcheck.log": ("initcheck", ERROR_EXITCODE, "1000 errors"),
+    "real/padding_read-initcheck.log": ("initcheck", ERROR_EXITCODE, "24 errors"),
+    "real/torch_uninit-initcheck.log": ("initcheck", ERROR_EXITCODE, "8 errors"),
+    "real/smem_race-racecheck.log": ("racecheck", ERROR_EXITCODE, "1 error"),
+    "real/warp_race-racecheck.log": ("racecheck", ERROR_EXITCODE, "clean (1 warning)"),  # 86 for a warning alone
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_RUNS))
+def test_each_real_run_is_judged_as_its_exit_status_and_log_say(name):
+    tool, returncode, verdict = REAL_RUNS[name]
+    out = judge(tool, parse_log(sample(name)), returncode, "")
+    assert out.verdict == verdict
+    assert out.status == ("errors" if "error" in verdict else "clean")
+
+
+def test_every_real_log_is_judged():
+    assert sorted(REAL_RUNS) == sorted(k for k in EXPECTED if k.startswith("real/"))
+
+
+def test_real_memcheck_report_and_the_api_errors_it_causes():
+    log = parse_log(sample("real/oob_write-memcheck.log"))
+    assert log.records[0].lines == [
+        "Invalid __global__ write of size 16 bytes",
+        "at _copy_kernel+0x260 in sanitize_samples.py:46",
+        "by thread (122,0,0) in block (0,0,0)",
+        "Access to 0x7f59acc00fa0 is out of bounds",  # CUDA 13's wording ("Address … is out of bounds" before)
+        "and is 1 bytes after the nearest allocation at 0x7f59acc00000 of size 4,000 bytes",
+    ]
+    assert log.records[-1].lines[0].startswith("Program hit cudaErrorLaunchFailure (error 719)")
+    out = judge("memcheck", log, ERROR_EXITCODE, f"{TRACEBACK}{KERNELS_MARK}_copy_kernel\n")
+    assert out.message.startswith("memcheck: 8 errors: Invalid __global__ write of size 16 bytes\nat _copy_kernel")
+    assert out.outside == 0  # the API calls' reports name no kernel: not labelled
+
+
+def test_real_racecheck_warning_alone_exits_86_and_is_clean():
+    out = judge("racecheck", parse_log(sample("real/warp_race-racecheck.log")), ERROR_EXITCODE, "")
+    assert (out.status, out.errors, out.warnings) == ("clean", 0, 1)
+    assert out.notes == ["racecheck: 1 warning (not counted as errors): Warning: Race reported between Write access "
+                         "at smem_race+0x200 in smem_race.cu:5\nand Read access at smem_race+0x210 in smem_race.cu:6 "
+                         "[128 hazards]"]
+
+
+def test_real_initcheck_past_the_print_limit():
+    log = parse_log(sample("real/uninit_read-initcheck.log"))
+    assert log.errors == 1000  # not 900, the count of the "errors were not printed" line after it
+    out = judge("initcheck", log, ERROR_EXITCODE, "", ignore=[parse_ignore("initcheck:_scale_kernel")])
+    assert (out.status, out.errors, out.ignored) == ("errors", 990, 10)  # the ten reports in the (trimmed) log
+    assert out.message.endswith("(past --print-limit)")
+
+
+def test_real_padding_reads_ignored_and_torch_reports_labelled():
+    padding = parse_log(sample("real/padding_read-initcheck.log"))
+    out = judge("initcheck", padding, ERROR_EXITCODE, "", ignore=[parse_ignore("initcheck:_padded_rows_*")])
+    assert (out.status, out.verdict) == ("clean", "clean (24 ignored)")
+    torch_log = parse_log(sample("real/torch_uninit-initcheck.log"))
+    assert torch_log.records[0].kernel.startswith("void at::native::reduce_kernel<(int)512, (int)1,")
+    out = judge("initcheck", torch_log, ERROR_EXITCODE, f"{KERNELS_MARK}_copy_kernel\n")
+    assert out.verdict == "8 errors (8 outside the op)" and out.records[0].startswith(OUTSIDE)
+    assert judge("initcheck", torch_log, ERROR_EXITCODE, "", ignore=[parse_ignore("initcheck:at::native::*")]
+                 ).verdict == "clean (8 ignored)"

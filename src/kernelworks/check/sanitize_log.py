@@ -8,7 +8,7 @@ its details indented under it, and a bare prefix line ends it::
     ========= Invalid __global__ write of size 4 bytes                 memcheck
     =========     at _copy_kernel+0x1b0 in /src/copy.py:31             (KERNEL+OFFSET in FILE:LINE)
     =========     by thread (250,0,0) in block (0,0,0)
-    =========     Address 0x7f2a3e000fa0 is out of bounds
+    =========     Access to 0x7f2a3e000fa0 is out of bounds            (CUDA 13; older: "Address 0x… is …")
     =========     Saved host backtrace up to driver entry point at kernel launch time
     =========         Host Frame: …
     =========
@@ -20,12 +20,16 @@ initcheck's reports read ``Uninitialized __global__ memory read of size 4 bytes`
 with an ``and Read access at … [N hazards]`` line per other access. A report inside a device function has
 ``Device Frame:`` lines, the kernel last. memcheck, initcheck and synccheck end with ``ERROR SUMMARY: N errors``
 (N counts the reports past ``--print-limit`` too); racecheck with ``RACECHECK SUMMARY: H hazards displayed (E
-errors, W warnings)``. Older releases wrote ``at 0x1b0 in FILE:LINE:KERNEL``; that form is read too.
+errors, W warnings)``; past the print limit a second ``ERROR SUMMARY: M errors were not printed…`` line follows,
+which is not the count. Older releases wrote ``at 0x1b0 in FILE:LINE:KERNEL``; that form is read too. Real logs
+(compute-sanitizer 2025.3 of CUDA 13, on an H100) are among the tests' samples, in
+``tests/check/sanitize_logs/real/``.
 
 Racecheck's two severities, per its chapter of the guide: an *error* is a hazard very likely to cause a race;
 a *warning* a hazard of the programming model that may be intended (warp-level code that assumes a warp's
 threads move in step). Errors fail a run; warnings do not, and are shown beside the verdict (``clean (1
-warning)``) with their reports in ``-v``'s notes.
+warning)``) with their reports in ``-v``'s notes. racecheck's exit status does count warnings (it returned
+``--error-exitcode`` for a log of ``0 errors, 1 warning``), so the verdict reads the summary, not the status.
 
 Which reports count: every report the summary counts, less those an :class:`IgnoreRule` matches (``--sanitize-
 ignore TOOL:KERNEL_GLOB``: known false positives such as initcheck on padding a kernel reads and discards).
