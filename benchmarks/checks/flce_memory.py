@@ -10,7 +10,6 @@ line that allocated them (the allocator's history).
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 from collections import Counter
@@ -119,7 +118,7 @@ for name, fn in VARIANTS.items():
     torch.cuda.empty_cache()
 
 env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-           commit=os.environ.get("KERNELWORKS_COMMIT") or git_commit(Path(__file__).resolve().parents[2]),
+           commit=git_commit(Path(__file__).resolve().parents[2]),
            tokens=N, hidden=H, vocab=V)
 if args.out:
     with open(args.out, "w") as f:

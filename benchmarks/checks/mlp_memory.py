@@ -10,7 +10,6 @@ and for ours the blocks live at the backward's peak by allocating line.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 from collections import Counter
@@ -176,7 +175,7 @@ for t in (x, wg, wu, wd):
 rows[0]["backward_trace"] = trace_backward()
 
 env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-           commit=os.environ.get("KERNELWORKS_COMMIT") or git_commit(Path(__file__).resolve().parents[2]),
+           commit=git_commit(Path(__file__).resolve().parents[2]),
            tokens=N, hidden=H, intermediate=INNER)
 if args.out:
     with open(args.out, "w") as f:

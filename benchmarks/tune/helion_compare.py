@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -99,24 +97,21 @@ def helion_rms_norm_body(x: torch.Tensor, weight: torch.Tensor, eps: float) -> t
     return out
 
 
-def _torch_shims() -> None:
-    """Helion 1.5.1 imports ``IntelGPUError`` from ``torch._inductor.runtime.triton_compat``, which torch 2.11 (the
-    GPU image's) does not define yet; Helion only tests exceptions against it, so a stand-in class that nothing
-    raises keeps its meaning (no Intel GPU here)."""
-    from torch._inductor.runtime import triton_compat
-
-    if not hasattr(triton_compat, "IntelGPUError"):
-        triton_compat.IntelGPUError = type("IntelGPUError", (RuntimeError,), {})
-
-
 _SHIM_SOURCE = """\
-try:  # written by benchmarks/tune/helion_compare.py: see _torch_shims there
+try:  # written by benchmarks/tune/helion_compare.py: see _torch_shims there (torch 2.11 lacks IntelGPUError)
     from torch._inductor.runtime import triton_compat as _tc
     if not hasattr(_tc, "IntelGPUError"):
         _tc.IntelGPUError = type("IntelGPUError", (RuntimeError,), {})
 except Exception:
     pass
 """
+
+
+def _torch_shims() -> None:
+    """Helion 1.5.1 imports ``IntelGPUError`` from ``torch._inductor.runtime.triton_compat``, which torch 2.11 (the
+    GPU image's) does not define yet; Helion only tests exceptions against it, so a stand-in class that nothing
+    raises keeps its meaning (no Intel GPU here). The same source as the subprocesses' ``sitecustomize``."""
+    exec(_SHIM_SOURCE, {})
 
 
 def _shim_subprocesses(folder: Path) -> None:
@@ -359,32 +354,18 @@ def _ratios(rec: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------ the JSON file
 
 
-def _commit() -> str:
-    """The commit this tree is: ``.commit`` (the GPU machine's copy has no .git), else git's."""
-    path = ROOT / ".commit"
-    if path.exists():
-        return path.read_text().strip()
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def environment() -> dict[str, Any]:
-    """GPU, versions (torch, triton, Helion), commit and date of this run."""
+    """kw bench's provenance (GPU, torch, triton, CUDA, Python, commit, date) plus Helion's version."""
     from importlib.metadata import PackageNotFoundError, version
 
-    import triton
+    from kernelworks.bench.results import environment as bench_environment
 
     try:
         helion_version = version("helion")
     except PackageNotFoundError:
         helion_version = None
-    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (Triton interpreter)",
-            "torch": torch.__version__, "triton": triton.__version__, "helion": helion_version,
-            "cuda": torch.version.cuda, "python": platform.python_version(), "commit": _commit(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    env = bench_environment(None)
+    return {**env, "gpu": env["gpu"] or "cpu (Triton interpreter)", "helion": helion_version}
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -414,7 +414,8 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     spill 10 KiB there).
 
     Hopper, d 256 (``kw tune flash_attention --case b2-hq8-hkv4-s4k-d256-causal``, H100, every declared
-    config: ``benchmarks/results/h100-80gb-hbm3/tune/flash_attention``): K/V through descriptors, 64×64, 4
+    config: ``benchmarks/results/h100-80gb-hbm3/tune/flash_attention-first-space``, kept by the re-run over the
+    widened space in ``tune/flash_attention``): K/V through descriptors, 64×64, 4
     warps (one warpgroup: the 64×256 fp32 accumulator in 128 of its 244 registers), 3 stages — 0.344 ms
     against 0.662 for the 64×64 8-warp pointer plan before (1.93×); without descriptors the pointer path
     takes 128×32, 8 warps, 3 stages (0.418 ms). Most larger tiles spill or exceed 227 KiB of shared memory
@@ -494,7 +495,8 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
             if misaligned:
                 raise ValueError("forced_fwd_plan: TMA needs 16-byte aligned k/v rows")
         elif misaligned or not tma_available():
-            plan = pointer_fallback(plan)
+            # the pointer plan for this head dim, with any knobs forced beside a default TMA plan still applied
+            plan = replace(pointer_fallback(plan), **{k: v for k, v in (forced or {}).items() if k != "TMA"})
     if plan.TMA:
         ensure_tma_allocator()
         extra = dict(TMA=True, WARP_SPEC=plan.WARP_SPEC)
