@@ -363,7 +363,12 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
       d 128 a tie (2713 / 2688). Grouped heads take the same tiles (one query head per program).
     - dQ: 128 query rows × 64 keys, 8 warps, 3 stages (211 registers at d 128) — 2426 µs against 3084 with
       2 stages at d 128, 765 against 1432 causal at d 64.
-    - d > 128: dK/dV 64 × 16, dQ 64 × 32, 8 warps (32-row dK/dV steps spill ~0.5 KiB).
+    - d > 128 (``sweeps/flash_attention_bwd_plan-d256.json``, B2 H8 S4096 d 256): dK/dV 32 keys × 32 query rows,
+      4 warps, 2 stages (255 registers, 0 spill; mma.sync, as M 32 is below wgmma's 64) — 1362 µs causal against
+      3067 for the 64 × 16 steps at 8 warps before, 1874 for 64 × 32; dQ 128 × 32 at 8 warps, 2 stages — 606 µs
+      causal against 1288 for 64 × 32. On the GQA 8:4 causal case the backward went 4411 → 2074 µs (SDPA flash
+      1654; ``gaps/flash_attention-d256-bwd-plan.json``). Every variant with 64-row dK/dV steps asked for 256–320
+      KiB of shared memory (the H100 has 227).
     - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
       0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
@@ -373,7 +378,7 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
         return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
     if block_d <= 128:
         return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
-    return BwdPlan(16, 64, 64, 32, block_d, 8, 8, 2, 2)
+    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 2)
 
 
 def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
