@@ -174,6 +174,9 @@ class OpSpec:
             ``kw tune`` searches them when ``configured`` is set).
         configured: ``configured(config)`` → a context manager under which the subject provider runs that
             config (``kw tune``); None: not tunable.
+        bwd_configs / bwd_configured: the same for the backward pass's kernels (``kw tune --mode bwd``, which
+            times the backward alone on a graph built once and checks every gradient); empty / None when
+            the backward is not tunable.
         tuned: the :class:`~kernelworks.runtime.tuned.TunedTable` the op reads its shipped per-GPU configs
             from at plan time; ``kw tune --write`` writes winners there. None: winners are only cached.
         bench_step: ``kw bench`` also times :data:`STEP` (forward + backward in one call, with the extra
@@ -198,6 +201,8 @@ class OpSpec:
     baselines: tuple[str, ...] = ("torch", "torch.compile")
     configs: Sequence[Mapping[str, Any]] = ()
     configured: Callable[[Mapping[str, Any]], AbstractContextManager[Any]] | None = None
+    bwd_configs: Sequence[Mapping[str, Any]] = ()
+    bwd_configured: Callable[[Mapping[str, Any]], AbstractContextManager[Any]] | None = None
     tuned: Any = None
     bench_step: bool = False
     step_cost: Callable[[Case], Cost] | None = None
@@ -221,6 +226,17 @@ class OpSpec:
     def bench_modes(self) -> tuple[str, ...]:
         """The modes ``kw bench`` times by default: :attr:`modes`, plus :data:`STEP` with ``bench_step``."""
         return self.modes + ((STEP,) if self.bench_step and self.grad_inputs else ())
+
+    def search_space(self, mode: str = "fwd") -> tuple[Sequence[Mapping[str, Any]],
+                                                       Callable[[Mapping[str, Any]], AbstractContextManager[Any]]
+                                                       | None]:
+        """``(configs, configured)`` of the pass ``mode`` (``fwd`` or ``bwd``) tunes: what ``kw tune --mode``
+        searches and the hook it runs a config under."""
+        if mode == "fwd":
+            return self.configs, self.configured
+        if mode == "bwd":
+            return self.bwd_configs, self.bwd_configured
+        raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
 
     def case_tolerance(self, case: Case) -> Tolerance:
         """The rule ``case``'s outputs are held to: :attr:`tolerance` of its dtype, with the case's own

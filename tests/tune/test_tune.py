@@ -261,3 +261,106 @@ def test_shipped_tables_match_the_sources_they_were_tuned_on():
     for path in TUNED.folder.glob("*.json"):
         for bucket, entry in json.loads(path.read_text())["entries"]["matmul"].items():
             assert entry["source"] == TUNED.source_hash(), f"{path.name} {bucket}: stale source hash"
+
+
+# ------------------------------------------------------------------------------------------ the backward pass
+
+_BWD_CHOICE: ContextVar[str] = ContextVar("toy_bwd_choice", default="slow")
+
+
+@contextmanager
+def _bwd_configured(config):
+    token = _BWD_CHOICE.set(config["name"])
+    try:
+        yield
+    finally:
+        _BWD_CHOICE.reset(token)
+
+
+class _Double(torch.autograd.Function):
+    """2·x whose backward reads the backward config when it runs (as an op's backward launcher plans)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        name = _BWD_CHOICE.get()
+        _runs.append(name)
+        if name == "crash":
+            raise RuntimeError("out of shared memory")
+        return 2 * g + (1e-2 if name == "wrong" else 0.0)
+
+
+def _bwd_spec(*names: str) -> OpSpec:
+    return dataclasses.replace(_spec("a"), providers={"ours": Provider("ours", _Double.apply)}, grad_inputs=("x",),
+                               bwd_configs=[{"name": n} for n in names], bwd_configured=_bwd_configured)
+
+
+def test_the_backward_is_tuned_on_its_gradients_and_timed_alone():
+    """``mode="bwd"``: each backward config's gradients are judged against the reference's (a wrong or crashing
+    one never timed), and what is timed is the backward call itself, under the candidate's config."""
+    res = tune_case(_bwd_spec("crash", "wrong", "a", "b"), Case("b", {}, torch.float32), mode="bwd",
+                    timer=_timer(TIMES))
+    assert res.mode == "bwd" and res.candidates[0].config == {}
+    verdicts = {c.config["name"]: c.verdict for c in res.candidates[1:]}
+    assert verdicts == {"crash": "error", "wrong": "wrong", "a": "ok", "b": "ok"}
+    assert res.winner == {"name": "b"}  # the fake timer gives each backward config's time
+    assert "**toy backward · b-fp32**" in table([res])
+
+
+def test_backward_winners_are_cached_apart_from_the_forward():
+    spec = dataclasses.replace(_bwd_spec("a", "b"), providers={"ours": Provider("ours", _Double.apply)})
+    (bwd,) = tune(spec, timer=_timer(TIMES), progress=False, mode="bwd")
+    assert bwd.winner == {"name": "b"}
+    assert cache.lookup(spec, spec.bench_cases[0], "bwd") == {"name": "b"}
+    assert cache.lookup(spec, spec.bench_cases[0]) is None  # the forward's entry is its own
+
+
+def test_a_spec_without_a_backward_space_is_not_tunable_there(capsys):
+    with pytest.raises(ValueError, match="not tunable in its backward"):
+        tune_case(_spec("a"), Case("b", {}, torch.float32), mode="bwd")
+    from kernelworks.cli.main import main
+
+    assert main(["tune", "rms_norm", "--mode", "bwd"]) == 2
+    assert "no tunable configs for its backward" in capsys.readouterr().out
+    assert main(["tune", "flash_attention", "--mode", "bwd", "--write"]) == 2
+    assert "backward winners are only cached" in capsys.readouterr().out
+
+
+def test_the_attention_backward_hook_forces_its_plan_and_stays_right(monkeypatch, device):
+    """``forced_bwd_plan`` (the spec's ``bwd_configured``) reaches both backward passes' launches, the
+    forward's are untouched, and the gradients still match the reference (the interpreter runs them)."""
+    from kernelworks.check import check_case
+    from kernelworks.ops.attention import backward
+    from kernelworks.spec import registry
+
+    spec = registry()["flash_attention"]
+    config = {"KV_N": 32, "KV_M": 16, "kv_warps": 1, "kv_stages": 1, "Q_M": 32, "Q_N": 16, "q_warps": 1,
+              "q_stages": 1}
+    assert set(config) == set(spec.bwd_configs[0])  # the space's knobs, at sizes the interpreter runs quickly
+    seen = _launched(monkeypatch, backward)
+    case = next(c for c in spec.check_cases if "gpu" not in c.tags and c.get("causal"))
+    with spec.bwd_configured(config):
+        results = check_case(spec, case, device=device, seed=0, modes=("bwd",))
+    dkdv = [s for s in seen if s.get("BLOCK_N") == 32 and s.get("BLOCK_M") == 16]
+    dq = [s for s in seen if s.get("BLOCK_M") == 32 and s.get("BLOCK_N") == 16]
+    assert dkdv and dq and all(s["num_warps"] == 1 for s in dkdv + dq), seen
+    failed = [r for r in results if not r.passed and not r.skipped]
+    assert not failed, failed
+    with pytest.raises(ValueError, match="unknown knobs"), backward.forced_bwd_plan(BLOCK_M=64):
+        pass
+
+
+def test_the_compile_gate_captures_the_backward_config_it_judges():
+    """The gate of a backward search captures the backward pass's launches under ``bwd_configured`` (no compile
+    here: the capture is what decides which kernels the gate compiles)."""
+    from kernelworks.inspect.capture import capture_op
+    from kernelworks.spec import registry
+
+    spec = registry()["flash_attention"]
+    case = next(c for c in spec.check_cases if "gpu" not in c.tags)
+    launches = capture_op(spec, case, mode="bwd", config={"KV_N": 128, "KV_M": 64, "kv_warps": 8})
+    dkdv = next(launch for launch in launches if launch.name == "_attn_bwd_dkdv_kernel")
+    assert (dkdv.args["BLOCK_N"], dkdv.args["BLOCK_M"], dkdv.options["num_warps"]) == (128, 64, 8)

@@ -93,8 +93,10 @@ def with_grad_leaves(inputs: Inputs, names: Sequence[str], dtype: torch.dtype | 
     return out
 
 
-def _grads(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad_outs: Sequence[torch.Tensor],
-           dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+def gradients(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad_outs: Sequence[torch.Tensor],
+              dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """The gradients of ``fn(**inputs)``'s floating outputs, seeded with ``grad_outs`` (cast to each output's
+    dtype), with respect to the inputs ``names`` (fresh leaves, cast to ``dtype`` when given)."""
     leaves = with_grad_leaves(inputs, names, dtype)
     outs = [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
     gos = [g.to(o.dtype) for g, o in zip(grad_outs, outs)]
@@ -174,12 +176,12 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
             grad_outs = [torch.randn(r.shape, dtype=torch.float64, device=device) for r in ref
                          if r.is_floating_point()]
             try:
-                ref_g = _grads(spec.reference, upcast(inputs), names, grad_outs)
-                base_g = _grads(spec.reference, inputs, names, grad_outs)
+                ref_g = gradients(spec.reference, upcast(inputs), names, grad_outs)
+                base_g = gradients(spec.reference, inputs, names, grad_outs)
                 _dirty_allocator(device)
                 with poison_outputs():
-                    g1 = _grads(prov.fn, inputs, names, grad_outs)
-                    g2 = _grads(prov.fn, inputs, names, grad_outs)
+                    g1 = gradients(prov.fn, inputs, names, grad_outs)
+                    g2 = gradients(prov.fn, inputs, names, grad_outs)
             except NotImplementedError as e:
                 res.skipped = f"unsupported: {e}"
             except Exception as e:

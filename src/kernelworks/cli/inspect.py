@@ -130,16 +130,22 @@ def run(args: argparse.Namespace) -> int:
 
     spec = obj
     modes = spec.modes if args.mode == "all" else (args.mode,)
-    configs: list[dict[str, Any] | None] = [parse_assignments(args.config, "--config") or None]
+    given: list[dict[str, Any] | None] = [parse_assignments(args.config, "--config") or None]
+    configs = {mode: given for mode in modes}  # --all-configs: each pass's own search space
     note = ""
     if args.all_configs:
-        if spec.configs:
-            configs = [dict(c) for c in spec.configs]
-        else:
-            note = f"\nspec {spec.name!r} declares no configs: showing the launcher's own choice"
+        for mode in modes:
+            space = spec.search_space(mode)[0]
+            if space:
+                configs[mode] = [dict(c) for c in space]
+            else:
+                note += (f"\nspec {spec.name!r} declares no configs{' for its backward' if mode == 'bwd' else ''}: "
+                         "showing the launcher's own choice")
+    several = any(len(cfgs) > 1 for cfgs in configs.values())
     blocks = []
     for case in [c for name in (args.case or [None]) for c in find_cases(spec, name)]:
-        reports = [r for cfg in configs for r in inspect_op(spec, case, target, modes=modes, config=cfg)]
-        blocks.append((f"{spec.name} · case {case.id} · {target_line(target)}{note}", reports, len(configs) > 1))
+        reports = [r for mode in modes for cfg in configs[mode]
+                   for r in inspect_op(spec, case, target, modes=(mode,), config=cfg)]
+        blocks.append((f"{spec.name} · case {case.id} · {target_line(target)}{note}", reports, several))
     _emit(args, blocks)
     return 0

@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "op's shipped table for this GPU, which the op reads at plan time.")
     p.add_argument("target", help="registered op name or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="bench case name or id (repeatable; default: all)")
+    p.add_argument("--mode", choices=["fwd", "bwd"], default="fwd",
+                   help="the pass to tune: the forward (default), or the backward alone (its gradients checked, "
+                        "timed on a graph built once; the spec's bwd_configs)")
     p.add_argument("--strategy", choices=["auto", "exhaustive", "random", "pattern"], default="auto")
     p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="per case, compiles included (random and pattern: the stop)")
@@ -53,8 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from kernelworks.tune import plot, table, tune
 
     spec = load_spec(args.target)
-    if not spec.configs or spec.configured is None:
-        print(f"kw tune: spec {spec.name!r} declares no tunable configs (it needs `configs` and `configured`)")
+    configs, hook = spec.search_space(args.mode)
+    if not configs or hook is None:
+        what = "`bwd_configs` and `bwd_configured`" if args.mode == "bwd" else "`configs` and `configured`"
+        print(f"kw tune: spec {spec.name!r} declares no tunable configs"
+              f"{' for its backward' if args.mode == 'bwd' else ''} (it needs {what})")
+        return 2
+    if args.write and args.mode == "bwd":
+        print("kw tune: --write fills the forward's shipped tables; backward winners are only cached")
         return 2
     if not torch.cuda.is_available():
         print("kw tune: no CUDA GPU is visible; it times each candidate. `kw check` and `kw inspect "
@@ -63,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     results = tune(spec, args.case, strategy=args.strategy,
                    budget_s=None if args.budget is None else args.budget * 60, use_cache=not args.no_cache,
                    max_trials=args.max_trials, spill_limit=args.spill_limit, compile_timeout_s=args.compile_timeout,
-                   compile_workers=args.compile_workers, target=None if args.no_compile_check else "auto")
+                   compile_workers=args.compile_workers, target=None if args.no_compile_check else "auto",
+                   mode=args.mode)
     doc = [r.to_dict() for r in results]
     env = environment(None)
     if spec.tuned is not None:  # what a table entry written from this run must carry

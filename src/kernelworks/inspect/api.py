@@ -147,10 +147,11 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
             :func:`default_case`.
         target: ``sm_80``, ``sm_90`` (default) or ``sm_100``.
         modes: ``("fwd",)``, ``("bwd",)`` (the backward pass alone) or both.
-        config: a spec's ``configs`` entry: the subject runs under ``spec.configured(config)`` when the spec
-            has that hook (the launches the config really makes); otherwise its values override same-named
-            constexprs and launch options of the captured launches (``{"num_warps": 8}``), and a key no
-            launch has raises ``ValueError``.
+        config: an entry of the spec's search space for the mode (``configs``; ``bwd_configs`` for ``bwd``):
+            the subject runs under that mode's hook (``configured`` / ``bwd_configured``) when the spec has it
+            (the launches the config really makes); otherwise its values override same-named constexprs and
+            launch options of the captured launches (``{"num_warps": 8}``), and a key no launch has raises
+            ``ValueError``.
 
     Example:
         >>> for r in inspect_op("softmax", "8192x8192", "sm_90"):
@@ -161,7 +162,8 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
     reports = []
     for c in find_cases(spec, case):
         for mode in modes:
-            hooked = bool(config) and spec.configured is not None  # the config's own launches, path included
+            # the config's own launches, path included, where the mode's pass has a hook
+            hooked = bool(config) and spec.search_space(mode)[1] is not None
             launches = capture_op(spec, c, mode=mode, real_max_bytes=real_max_bytes,
                                   capability=divmod(t.arch, 10), config=config if hooked else None)
             if config and not hooked:

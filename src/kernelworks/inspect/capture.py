@@ -200,19 +200,19 @@ def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd", real_max_bytes: i
     """The launches one call of the spec's subject makes for ``case`` (``mode="bwd"``: those of its
     backward pass alone), planned for a GPU of compute ``capability``, none of them run.
 
-    ``config``: run the subject under ``spec.configured(config)`` (a tunable spec's hook), so the launches
-    are exactly those the config makes — its kernel path included, not just its constexprs (``kw tune``'s
-    compile gate, ``kw inspect --all-configs``)."""
-    if mode not in ("fwd", "bwd"):
-        raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
+    ``config``: run the subject under the hook of ``mode``'s search space (``spec.configured(config)``, or
+    ``spec.bwd_configured`` for ``bwd``), so the launches are exactly those the config makes — its kernel path
+    included, not just its constexprs (``kw tune``'s compile gate, ``kw inspect --all-configs``)."""
+    _, hook = spec.search_space(mode)  # raises on a mode other than fwd / bwd
     if mode == "bwd" and not spec.grad_inputs:
         raise ValueError(f"spec {spec.name!r} has no backward (no grad_inputs)")
-    if config and spec.configured is None:
-        raise ValueError(f"spec {spec.name!r} has no `configured` hook to run a config under")
+    if config and hook is None:
+        raise ValueError(f"spec {spec.name!r} has no `{'bwd_' if mode == 'bwd' else ''}configured` hook to run a "
+                         "config under")
     provider = spec.providers[spec.subject]
     device = torch.device("cuda") if has_gpu() else torch.device("cpu")
     module = getattr(provider.fn, "__module__", None) or "kernelworks.ops"
-    configured = spec.configured(config) if config else contextlib.nullcontext()
+    configured = hook(config) if config else contextlib.nullcontext()
     with plan_for_gpu([module], capability), configured:
         inputs = make_inputs(spec, case, device, real_max_bytes=real_max_bytes)
         if mode == "fwd":

@@ -45,9 +45,11 @@ def _device() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
-def key(spec: OpSpec, case: Case) -> str:
-    """The cache key of one case's winner here: GPU, triton version, source hash, op and case."""
-    return f"{_device()}|triton {triton.__version__}|{source_hash(spec)}|{spec.name}|{case.id}"
+def key(spec: OpSpec, case: Case, mode: str = "fwd") -> str:
+    """The cache key of one case's winner here: GPU, triton version, source hash, op, case (and ``bwd`` for
+    the backward's winner)."""
+    return f"{_device()}|triton {triton.__version__}|{source_hash(spec)}|{spec.name}|{case.id}" + \
+        ("|bwd" if mode == "bwd" else "")
 
 
 def _load() -> dict[str, Any]:
@@ -57,15 +59,16 @@ def _load() -> dict[str, Any]:
         return {}
 
 
-def lookup(spec: OpSpec, case: Case) -> dict[str, Any] | None:
-    """The cached winning config for ``case`` on this GPU, triton and source, else None."""
-    entry = _load().get(key(spec, case))
+def lookup(spec: OpSpec, case: Case, mode: str = "fwd") -> dict[str, Any] | None:
+    """The cached winning config of pass ``mode`` for ``case`` on this GPU, triton and source, else None."""
+    entry = _load().get(key(spec, case, mode))
     return None if entry is None else dict(entry["config"])
 
 
-def store(spec: OpSpec, case: Case, config: dict[str, Any]) -> None:
+def store(spec: OpSpec, case: Case, config: dict[str, Any], mode: str = "fwd") -> None:
+    """Cache ``config`` as the winner of pass ``mode`` for ``case`` here."""
     data = _load()
-    data[key(spec, case)] = {"config": config, "date": time.strftime("%Y-%m-%d")}
+    data[key(spec, case, mode)] = {"config": config, "date": time.strftime("%Y-%m-%d")}
     path = _path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True))

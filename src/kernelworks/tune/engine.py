@@ -2,7 +2,9 @@
 
 A spec is tunable when it declares ``configs`` (the search space: one mapping of knobs per candidate, the
 simplest first) and ``configured(config)``, a context manager under which its subject provider runs that
-config. For each case:
+config; its backward pass when it declares ``bwd_configs`` and ``bwd_configured`` (``mode="bwd"``: each
+candidate's gradients are checked, and the backward alone is timed on a graph built once, as ``kw bench``
+times it). For each case:
 
 1. every candidate runs once on fresh copies of the case's inputs (in-place arguments restored) and is
    compared with the float64 reference under the spec's tolerance rule; a candidate that raises (a failed
@@ -41,7 +43,7 @@ from typing import Any
 import torch
 
 from kernelworks.check.compare import first_failure
-from kernelworks.check.engine import as_outputs, upcast
+from kernelworks.check.engine import as_outputs, gradients, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.spec import Case, OpSpec
 from kernelworks.tune.gate import COMPILE_TIMEOUT_S, SPILL_LIMIT_BYTES, CompileGate, current_target, default_workers
@@ -90,6 +92,8 @@ class CaseTuning:
     strategy: str = ""
     target: str | None = None
     """The compile gate's target (``sm_90``), None when it was skipped."""
+    mode: str = "fwd"
+    """The pass tuned: ``fwd`` or ``bwd``."""
 
     @property
     def best_so_far(self) -> list[float | None]:
@@ -103,7 +107,7 @@ class CaseTuning:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "case": self.case, "winner": self.winner, "reason": self.reason,
+        return {"op": self.op, "case": self.case, "mode": self.mode, "winner": self.winner, "reason": self.reason,
                 "seconds": self.seconds, "strategy": self.strategy, "target": self.target,
                 "candidates": [vars(c) for c in self.candidates]}
 
@@ -120,24 +124,51 @@ def _fresh(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def _verdict(spec: OpSpec, case: Case, fn: Callable[..., Any], inputs: Mapping[str, Any],
-             ref: Sequence[torch.Tensor], base: Sequence[torch.Tensor]) -> tuple[str, str]:
+class _Truth:
+    """What a candidate's results are judged against on one case: the float64 reference (``ref``) and the
+    reference in the inputs' dtype (``base``, the error scale) — of the outputs for ``fwd``, of the gradients
+    of ``grad_outs`` for ``bwd``."""
+
+    def __init__(self, spec: OpSpec, case: Case, inputs: Mapping[str, Any], mode: str) -> None:
+        self.mode = mode
+        tol = spec.case_tolerance(case)
+        if mode == "fwd":
+            self.ref = as_outputs(spec.reference(**upcast(inputs)))
+            self.base = as_outputs(spec.reference(**inputs))
+            self.tol = tol
+            return
+        self.names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
+        outs = as_outputs(spec.reference(**upcast(inputs)))
+        self.grad_outs = [torch.randn(o.shape, dtype=torch.float64, device=o.device) for o in outs
+                          if o.is_floating_point()]
+        self.ref = gradients(spec.reference, upcast(inputs), self.names, self.grad_outs)
+        self.base = gradients(spec.reference, inputs, self.names, self.grad_outs)
+        self.tol = tol.for_gradients()
+
+    def results(self, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Sequence[torch.Tensor]:
+        """A candidate's outputs (``fwd``) or gradients (``bwd``) on fresh copies of the inputs."""
+        if self.mode == "fwd":
+            return as_outputs(fn(**_fresh(inputs)))
+        return gradients(fn, _fresh(inputs), self.names, self.grad_outs)
+
+
+def _verdict(fn: Callable[..., Any], inputs: Mapping[str, Any], truth: _Truth) -> tuple[str, str]:
     try:
-        out = as_outputs(fn(**_fresh(inputs)))
+        out = truth.results(fn, inputs)
     except Exception as e:  # a failed compile or launch is a verdict, not the end of the search
         return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-    bad = first_failure(out, ref, base, spec.case_tolerance(case))
+    bad = first_failure(out, truth.ref, truth.base, truth.tol)
     return ("ok", "") if bad is None else ("wrong", bad)
 
 
-def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int]) -> int:
+def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int], mode: str = "fwd") -> int:
     """The declared config closest to the op's own choice: most knob values in common with the constexprs and
     launch options of the launches the default makes (captured as ``kw inspect`` does); the first config
     when they cannot be captured."""
     from kernelworks.inspect.capture import capture_op
 
     try:
-        launches = capture_op(spec, case, capability=capability)
+        launches = capture_op(spec, case, mode=mode, capability=capability)
     except Exception:  # a launcher that needs real values or a GPU: start from the simplest config
         return 1
     values: dict[str, Any] = {}
@@ -147,10 +178,10 @@ def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int]) ->
     return grid.closest(values)
 
 
-def _context(spec: OpSpec, config: Mapping[str, Any]) -> AbstractContextManager[Any]:
-    """The spec's ``configured`` context for a config; the default (empty config) forces nothing."""
-    assert spec.configured is not None
-    return spec.configured(config) if config else nullcontext()
+def _context(hook: Callable[[Mapping[str, Any]], AbstractContextManager[Any]],
+             config: Mapping[str, Any]) -> AbstractContextManager[Any]:
+    """The search space's hook around a config; the default (empty config) forces nothing."""
+    return hook(config) if config else nullcontext()
 
 
 def _pick(finalists: list[Candidate], timer: Timer, run: Callable[[Candidate], Callable[[], object]]
@@ -179,47 +210,54 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
               max_trials: int | None = None, device: torch.device | None = None, timer: Timer | None = None,
               seed: int = 0, on_candidate: Callable[[Candidate], None] | None = None, target: Any = "auto",
               spill_limit: int = SPILL_LIMIT_BYTES, compile_timeout_s: float = COMPILE_TIMEOUT_S,
-              compile_workers: int | None = None) -> CaseTuning:
-    """Search ``spec.configs`` on one case (see the module docstring); returns the record of the search.
+              compile_workers: int | None = None, mode: str = "fwd") -> CaseTuning:
+    """Search ``spec.configs`` (``mode="bwd"``: ``spec.bwd_configs``) on one case (see the module
+    docstring); returns the record of the search.
 
     ``budget_s`` / ``max_trials`` bound the search (seconds, compiles included / candidates tried; the
     default always runs). ``target``: the compile gate's target — ``"auto"`` this machine's GPU (skipped
     without one), ``"sm_90"`` and the like, or None to skip it; ``spill_limit`` (bytes per thread),
     ``compile_timeout_s`` and ``compile_workers`` set the gate (:mod:`kernelworks.tune.gate`)."""
-    if not spec.configs or spec.configured is None:
-        raise ValueError(f"spec {spec.name!r} is not tunable: it needs `configs` and `configured`")
-    strategy = resolve(strategy, len(spec.configs))
+    configs, hook = spec.search_space(mode)
+    if not configs or hook is None:
+        what = "`bwd_configs` and `bwd_configured`" if mode == "bwd" else "`configs` and `configured`"
+        raise ValueError(f"spec {spec.name!r} is not tunable{' in its backward' if mode == 'bwd' else ''}: "
+                         f"it needs {what}")
+    strategy = resolve(strategy, len(configs))
     device = device or default_device()
     timer = timer or _gpu_timer
     fn = spec.providers[spec.subject].fn
-    result = CaseTuning(spec.name, case.id, strategy=strategy)
+    result = CaseTuning(spec.name, case.id, strategy=strategy, mode=mode)
     t_start = time.perf_counter()
     gate_target = current_target() if target == "auto" else target
     workers = compile_workers or default_workers()
     gate = None if gate_target is None else CompileGate(spec, case, gate_target, spill_limit=spill_limit,
-                                                        timeout_s=compile_timeout_s, workers=workers)
+                                                        timeout_s=compile_timeout_s, workers=workers, mode=mode)
     result.target = None if gate is None else gate.target.name
     if strategy == "pattern":
-        grid = Grid(spec.configs)
-        start = _start(spec, case, grid, divmod(gate.target.arch, 10) if gate is not None else (9, 0))
-        search: Ordered | Pattern = Pattern(spec.configs, start, seed)
+        grid = Grid(configs)
+        start = _start(spec, case, grid, divmod(gate.target.arch, 10) if gate is not None else (9, 0), mode)
+        search: Ordered | Pattern = Pattern(configs, start, seed)
     else:
         # exhaustive: every config to the compile gate at once, so its workers never wait at a batch's slowest
         # compile (H100, rms_norm's 33 candidates: 73 s in batches of 16, 34 s in one); random: batches, so a
         # budget stops the compiles too
-        search = Ordered(len(spec.configs), strategy, seed,
-                         len(spec.configs) + 1 if strategy == "exhaustive" else 2 * workers)
+        search = Ordered(len(configs), strategy, seed,
+                         len(configs) + 1 if strategy == "exhaustive" else 2 * workers)
     torch.manual_seed(seed)
     inputs = spec.inputs(case, device)
-    ref = as_outputs(spec.reference(**upcast(inputs)))
-    base = as_outputs(spec.reference(**inputs))
+    truth = _Truth(spec, case, inputs, mode)
 
     def run(c: Candidate) -> Callable[[], object]:
-        args = _fresh(inputs)
+        """The call timed: the forward, or the backward alone on a graph the forward built once."""
+        from kernelworks.bench.engine import timed_call
+
+        with _context(hook, c.config):  # a backward config's hook is harmless around the forward
+            timed = timed_call(spec, mode, fn, _fresh(inputs))
 
         def call() -> object:
-            with _context(spec, c.config):
-                return fn(**args)
+            with _context(hook, c.config):
+                return timed()
         return call
 
     def spent() -> bool:
@@ -230,9 +268,9 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
 
     times: dict[int, float | None] = {}
     while not spent() and (batch := search.next_batch(times)):
-        configs = [dict(spec.configs[i - 1]) if i else {} for i in batch]
-        checks = gate.check(configs) if gate is not None else [None] * len(batch)
-        for i, config, check in zip(batch, configs, checks):
+        chosen = [dict(configs[i - 1]) if i else {} for i in batch]
+        checks = gate.check(chosen) if gate is not None else [None] * len(batch)
+        for i, config, check in zip(batch, chosen, checks):
             if spent():
                 break
             cand = Candidate(config, "", order=i)
@@ -241,8 +279,8 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             if check is not None and not check.passed and i != 0:  # the op's own choice always runs
                 cand.verdict, cand.detail = check.verdict, check.detail
             else:
-                with _context(spec, cand.config):
-                    cand.verdict, cand.detail = _verdict(spec, case, fn, inputs, ref, base)
+                with _context(hook, cand.config):
+                    cand.verdict, cand.detail = _verdict(fn, inputs, truth)
                 if cand.verdict == "ok":
                     cand.ms, cand.p20_ms, cand.p80_ms = timer(run(cand))
             times[i] = cand.ms
@@ -261,9 +299,10 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
 
 def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "auto",
          budget_s: float | None = None, device: torch.device | None = None, timer: Timer | None = None,
-         progress: bool = True, use_cache: bool = True, write_cache: bool = True,
+         progress: bool = True, use_cache: bool = True, write_cache: bool = True, mode: str = "fwd",
          **options: Any) -> list[CaseTuning]:
-    """Tune ``spec`` on its bench cases (or the named ones): one :class:`CaseTuning` per case.
+    """Tune ``spec``'s forward (or, ``mode="bwd"``, its backward) on its bench cases (or the named ones): one
+    :class:`CaseTuning` per case.
 
     ``budget_s`` bounds each case's search. A cached winner for this GPU, triton version and spec source is
     returned without searching when ``use_cache`` (``reason`` says so); new winners are cached when
@@ -277,25 +316,28 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "a
     from kernelworks.tune import cache
 
     chosen = spec.find_cases(cases, bench=True) if spec.bench_cases else spec.find_cases(cases, bench=False)
+    n_configs = len(spec.search_space(mode)[0])
     out: list[CaseTuning] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(chosen) * (len(spec.configs) + 1), desc=f"kw tune {spec.name}", unit="config")
+        bar = tqdm(total=len(chosen) * (n_configs + 1), desc=f"kw tune {spec.name}" + (" bwd" if mode == "bwd" else ""),
+                   unit="config")
     for case in chosen:
-        hit = cache.lookup(spec, case) if use_cache else None
+        hit = cache.lookup(spec, case, mode) if use_cache else None
         if hit is not None:
-            out.append(CaseTuning(spec.name, case.id, winner=hit, reason="cached (same GPU, triton and source)"))
+            out.append(CaseTuning(spec.name, case.id, winner=hit, reason="cached (same GPU, triton and source)",
+                                  mode=mode))
             if bar is not None:
-                bar.update(len(spec.configs) + 1)
+                bar.update(n_configs + 1)
             continue
-        res = tune_case(spec, case, strategy=strategy, budget_s=budget_s, device=device, timer=timer,
+        res = tune_case(spec, case, strategy=strategy, budget_s=budget_s, device=device, timer=timer, mode=mode,
                         on_candidate=(lambda _c: bar.update(1)) if bar is not None else None, **options)
         if bar is not None:
-            bar.update(len(spec.configs) + 1 - len(res.candidates))
+            bar.update(n_configs + 1 - len(res.candidates))
         if write_cache and res.winner is not None:
-            cache.store(spec, case, res.winner)
+            cache.store(spec, case, res.winner, mode)
         out.append(res)
     if bar is not None:
         bar.close()

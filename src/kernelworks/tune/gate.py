@@ -80,10 +80,11 @@ class CompileGate:
     are kept, so asking twice for a config compiles it once."""
 
     def __init__(self, spec: OpSpec, case: Case, target: Any, *, spill_limit: int = SPILL_LIMIT_BYTES,
-                 timeout_s: float = COMPILE_TIMEOUT_S, workers: int | None = None) -> None:
+                 timeout_s: float = COMPILE_TIMEOUT_S, workers: int | None = None, mode: str = "fwd") -> None:
         from kernelworks.inspect.targets import resolve_target
 
         self.spec, self.case, self.target = spec, case, resolve_target(target)
+        self.mode = mode  # the pass whose launches (and search-space hook) are compiled: fwd or bwd
         self.spill_limit, self.timeout_s = spill_limit, timeout_s
         self.workers = workers or default_workers()
         self._checked: dict[str, CompileCheck] = {}
@@ -109,8 +110,8 @@ class CompileGate:
             if ck in self._checked or ck in todo:
                 continue
             try:
-                launches = capture_op(self.spec, self.case, capability=divmod(self.target.arch, 10),
-                                      config=dict(config) or None)
+                launches = capture_op(self.spec, self.case, mode=self.mode,
+                                      capability=divmod(self.target.arch, 10), config=dict(config) or None)
                 keys = []
                 for launch in launches:
                     key = compile_key(launch, self.target)

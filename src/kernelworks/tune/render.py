@@ -16,7 +16,7 @@ def table(results: list[CaseTuning]) -> str:
     lines: list[str] = []
     for r in results:
         how = f"{r.strategy}, compiled for {r.target}" if r.target else r.strategy
-        lines.append(f"\n**{r.op} · {r.case}**: "
+        lines.append(f"\n**{r.op}{' backward' if r.mode == 'bwd' else ''} · {r.case}**: "
                      f"{'winner ' + _config(r.winner) if r.winner is not None else 'no winner'}"
                      f" — {r.reason} ({len(r.candidates)} tried{', ' + how if how else ''}, {r.seconds:.1f} s)\n")
         if not r.candidates:

@@ -23,7 +23,9 @@ row) summed over the group in a fixed order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 
 import torch
 import triton
@@ -44,6 +46,7 @@ from kernelworks.ops.attention.forward import (
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
+from kernelworks.runtime.plans import ForcedPlan
 
 
 @triton.jit
@@ -381,6 +384,35 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
     return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 2)
 
 
+_FORCED_BWD: ForcedPlan[dict] = ForcedPlan("attention_bwd")
+_BWD_KNOBS = tuple(f.name for f in fields(BwdPlan) if f.name != "BLOCK_D")  # BLOCK_D follows the head dim
+
+
+@contextmanager
+def forced_bwd_plan(**knobs: int) -> Iterator[None]:
+    """Within the block, backward launches take these :class:`BwdPlan` knobs (``KV_M``, ``KV_N``, ``Q_M``,
+    ``Q_N``, ``kv_warps``, ``q_warps``, ``kv_stages``, ``q_stages``) over :func:`bwd_plan`'s choice
+    (``kw tune flash_attention --mode bwd``, sweeps, tests)."""
+    bad = set(knobs) - set(_BWD_KNOBS)
+    if bad:
+        raise ValueError(f"forced_bwd_plan: unknown knobs {sorted(bad)}; expected some of {_BWD_KNOBS}")
+    with _FORCED_BWD.forced(dict(knobs)):
+        yield
+
+
+BWD_CONFIGS: list[dict[str, int]] = [
+    {"KV_N": kv_n, "KV_M": kv_m, "kv_warps": kv_w, "kv_stages": kv_st,
+     "Q_M": q_m, "Q_N": q_n, "q_warps": q_w, "q_stages": q_st}
+    for kv_n in (32, 64, 128) for kv_m in (16, 32, 64) for kv_w in (4, 8) for kv_st in (1, 2)
+    for q_m in (64, 128) for q_n in (32, 64) for q_w in (4, 8) for q_st in (1, 2, 3)
+]
+"""``kw tune flash_attention --mode bwd``'s space: the dK/dV pass's tiles (keys per program × query rows a
+step), warps and stages, times the dQ pass's (query rows per program × keys a step) — 864 configs, which the
+pattern search walks one knob at a time (the two passes' knobs are independent, so it converges on each pass's
+best as the session-14 sweep did by hand). Tiles past the GPU's shared memory or spilling are turned away by
+the compile gate."""
+
+
 def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     return (0, *t.stride()[:2]) if varlen else t.stride()[:3]
 
@@ -408,6 +440,9 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
     if dlse is not None:
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
     plan = bwd_plan(d, q.dtype == torch.float32, gpu_capability())
+    forced = _FORCED_BWD.get()
+    if forced:
+        plan = replace(plan, **forced)
     group = hq // hkv
     dq = empty(q.shape, dtype=q_dtype, device=q.device)
     # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),

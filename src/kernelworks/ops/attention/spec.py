@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernelworks.ops.attention import api, forward, reference
+from kernelworks.ops.attention import api, backward, forward, reference
 from kernelworks.spec import Case, Cost, OpSpec, Provider, case, randn, register
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -317,6 +317,8 @@ FLASH_ATTENTION_SPEC = register(OpSpec(
     baselines=(),
     configs=forward.FWD_CONFIGS,  # the forward's tiles, warps, stages and K/V path (kw tune times the forward)
     configured=lambda config: forward.forced_fwd_plan(**config),
+    bwd_configs=backward.BWD_CONFIGS,  # the dK/dV and dQ passes' tiles, warps, stages (kw tune --mode bwd)
+    bwd_configured=lambda config: backward.forced_bwd_plan(**config),
 ))
 
 DECODE_ATTENTION_SPEC = register(OpSpec(
