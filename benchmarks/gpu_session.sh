@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One GPU session of kernelworks in a single call (the lent machine keeps nothing between sessions):
-#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench sweeps diagnose
+#   bash benchmarks/gpu_session.sh [STAGES...]    stages: check tests bench sweeps tune diagnose
 #                                                 (default: check tests bench)
 # CHECK_OPS / BENCH_OPS="op1 op2" narrow the check / bench (default all); BENCH_ARGS adds kw bench options;
 # stage bench2 runs BENCH2_OPS with BENCH2_ARGS;
 # TESTS="paths/args" the pytest run; SWEEPS="benchmarks/sweeps/x.py ..." picks the sweeps
-# (default all); DIAGNOSE="op:case ..." picks what diagnose profiles;
+# (default all); TUNE="op:mode:case ..." what `kw tune` searches (TUNE_ARGS its options);
+# DIAGNOSE="op:case ..." picks what diagnose profiles;
 # DEADLINE_S (default 570) bounds the whole call: each stage gets the time left, so the tarball is always made.
 # Peer wheels (liger-kernel) are taken from .whl/ when present. Everything lands in $OUT (or ./gpu-out):
 # logs, the results JSON tree and a tarball of both; the last lines printed are the summary.
@@ -47,6 +48,15 @@ for stage in $stages; do
         timeout "$(left)" python3 "$f" --out "$OUT/results/sweeps/$name.json" >> "$OUT/sweeps.log" 2>&1 || rc=$?
       done
       cat "$OUT/sweeps.log" ;;
+    tune)  # TUNE="op:mode:case ..." (mode fwd or bwd), each `kw tune` into $OUT/results/tune/<op>-<mode>-<case>/;
+           # TUNE_ARGS adds options (e.g. --budget 3 --strategy pattern)
+      rc=0
+      for item in ${TUNE:-flash_attention:bwd:b2-hq8-hkv4-s4k-d256-causal}; do
+        IFS=: read -r op mode tcase <<< "$item"
+        timeout "$(left)" python3 -m kernelworks tune "$op" --mode "$mode" --case "$tcase" ${TUNE_ARGS:-} --no-cache \
+          --out "$OUT/results/tune/$op-$mode-$tcase" >> "$OUT/tune.log" 2>&1 || rc=$?
+      done
+      grep -E "^\*\*" "$OUT/tune.log" ;;
     diagnose)
       rc=0
       for item in ${DIAGNOSE:-softmax:8192x8192}; do
