@@ -18,13 +18,19 @@ from kernelworks.tune import cache, table, tune, tune_case
 _CHOICE: ContextVar[str] = ContextVar("toy_choice", default="slow")  # the op's own choice
 
 
-@contextmanager
-def _configured(config):
-    token = _CHOICE.set(config["name"])
-    try:
-        yield
-    finally:
-        _CHOICE.reset(token)
+def _hook(var: ContextVar[str]):
+    """A ``configured`` hook: within it, ``var`` holds the config's name."""
+    @contextmanager
+    def configured(config):
+        token = var.set(config["name"])
+        try:
+            yield
+        finally:
+            var.reset(token)
+    return configured
+
+
+_configured = _hook(_CHOICE)
 
 
 def _toy(x: torch.Tensor) -> torch.Tensor:
@@ -266,15 +272,7 @@ def test_shipped_tables_match_the_sources_they_were_tuned_on():
 # ------------------------------------------------------------------------------------------ the backward pass
 
 _BWD_CHOICE: ContextVar[str] = ContextVar("toy_bwd_choice", default="slow")
-
-
-@contextmanager
-def _bwd_configured(config):
-    token = _BWD_CHOICE.set(config["name"])
-    try:
-        yield
-    finally:
-        _BWD_CHOICE.reset(token)
+_bwd_configured = _hook(_BWD_CHOICE)
 
 
 class _Double(torch.autograd.Function):

@@ -3,7 +3,7 @@ use to make an op launch a given plan instead of its own choice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Generic, TypeVar
@@ -23,7 +23,10 @@ class ForcedPlan(Generic[_P]):
             op(...)
     """
 
-    def __init__(self, op: str) -> None:
+    def __init__(self, op: str, knobs: Sequence[str] = ()) -> None:
+        """``knobs``: when given, the names a forced plan (a mapping) may set; any other raises ``ValueError``
+        as the block is entered."""
+        self._op, self._knobs = op, tuple(knobs)
         self._plan: ContextVar[_P | None] = ContextVar(f"kernelworks_{op}_forced_plan", default=None)
 
     def get(self) -> _P | None:
@@ -34,6 +37,10 @@ class ForcedPlan(Generic[_P]):
     def forced(self, plan: _P) -> Iterator[None]:
         """Within the block the op launches ``plan``. Replays are paused there: a call replayed from a record
         made outside would not read the forced plan."""
+        if self._knobs and isinstance(plan, Mapping):
+            bad = set(plan) - set(self._knobs)
+            if bad:
+                raise ValueError(f"{self._op}: unknown knobs {sorted(bad)}; expected some of {self._knobs}")
         token = self._plan.set(plan)
         try:
             with replay.paused():

@@ -23,8 +23,7 @@ row) summed over the group in a fixed order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -384,20 +383,16 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
     return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 2)
 
 
-_FORCED_BWD: ForcedPlan[dict] = ForcedPlan("attention_bwd")
-_BWD_KNOBS = tuple(f.name for f in fields(BwdPlan) if f.name != "BLOCK_D")  # BLOCK_D follows the head dim
+# every BwdPlan field but BLOCK_D, which follows the head dim
+_FORCED_BWD: ForcedPlan[dict] = ForcedPlan(
+    "forced_bwd_plan", knobs=tuple(f.name for f in fields(BwdPlan) if f.name != "BLOCK_D"))
 
 
-@contextmanager
-def forced_bwd_plan(**knobs: int) -> Iterator[None]:
+def forced_bwd_plan(**knobs: int) -> AbstractContextManager[None]:
     """Within the block, backward launches take these :class:`BwdPlan` knobs (``KV_M``, ``KV_N``, ``Q_M``,
     ``Q_N``, ``kv_warps``, ``q_warps``, ``kv_stages``, ``q_stages``) over :func:`bwd_plan`'s choice
-    (``kw tune flash_attention --mode bwd``, sweeps, tests)."""
-    bad = set(knobs) - set(_BWD_KNOBS)
-    if bad:
-        raise ValueError(f"forced_bwd_plan: unknown knobs {sorted(bad)}; expected some of {_BWD_KNOBS}")
-    with _FORCED_BWD.forced(dict(knobs)):
-        yield
+    (``kw tune flash_attention --mode bwd``, sweeps, tests); another knob raises ``ValueError``."""
+    return _FORCED_BWD.forced(dict(knobs))
 
 
 BWD_CONFIGS: list[dict[str, int]] = [

@@ -13,8 +13,7 @@ edge, the sequence's last partial block: masked). Blocks outside the band are ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 import torch
@@ -373,21 +372,16 @@ class FwdPlan:
     """With TMA: the unmasked key loop warp-specialised (``tl.range(..., warp_specialize=True)``)."""
 
 
-_FORCED_FWD: ForcedPlan[dict] = ForcedPlan("attention_fwd")
-_FWD_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPEC")
+_FORCED_FWD: ForcedPlan[dict] = ForcedPlan(
+    "forced_fwd_plan", knobs=("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPEC"))
 
 
-@contextmanager
-def forced_fwd_plan(**knobs: object) -> Iterator[None]:
+def forced_fwd_plan(**knobs: object) -> AbstractContextManager[None]:
     """Within the block, forward launches take these knobs (``BLOCK_M``, ``BLOCK_N``, ``num_warps``,
     ``num_stages``, ``TMA``, ``WARP_SPEC``) over :func:`fwd_plan`'s choice (``kw tune flash_attention``,
-    sweeps, tests). ``TMA`` where descriptors are unavailable (no Hopper, the interpreter) or the strides do
-    not allow them raises ``ValueError`` at launch."""
-    bad = set(knobs) - set(_FWD_KNOBS)
-    if bad:
-        raise ValueError(f"forced_fwd_plan: unknown knobs {sorted(bad)}; expected some of {_FWD_KNOBS}")
-    with _FORCED_FWD.forced(dict(knobs)):
-        yield
+    sweeps, tests); another knob raises ``ValueError``. ``TMA`` where descriptors are unavailable (no Hopper,
+    the interpreter) or the strides do not allow them raises ``ValueError`` at launch."""
+    return _FORCED_FWD.forced(dict(knobs))
 
 
 FWD_CONFIGS: list[dict[str, object]] = [
