@@ -89,7 +89,12 @@ _SPECS = textwrap.dedent("""
     def _long_error(x):
         raise RuntimeError("first line\\n" + "a very long interpreter repr " * 100)
 
+    def _stale():  # the first answer returned again for any input of the same shape
+        memo = {}
+        return lambda x: memo.setdefault(x.shape, torch.relu(x)).clone()
+
     GOOD = _spec("good", torch.relu)
+    STALE = _spec("stale", _stale())
     CUT = _spec("cut", _interrupted)
     LOUD = _spec("loud", _long_error)
     NOT_A_SPEC = 3
@@ -106,7 +111,7 @@ def specs_file(tmp_path):
 def test_check_unknown_attribute_names_what_the_file_has(specs_file, capsys):
     assert main(["check", f"{specs_file}:NOPE"]) == 2
     err = capsys.readouterr().err
-    assert "has no 'NOPE'" in err and "CUT, GOOD, LOUD" in err and "NoneType" not in err
+    assert "has no 'NOPE'" in err and "CUT, GOOD, LOUD, STALE" in err and "NoneType" not in err
     assert main(["check", f"{specs_file}:NOT_A_SPEC"]) == 2
     assert "'NOT_A_SPEC' is a int" in capsys.readouterr().err
 
@@ -128,6 +133,15 @@ def test_check_failures_are_one_line_unless_verbose(specs_file, capsys):
     assert "a very long interpreter repr " * 100 not in out
     assert main(["check", f"{specs_file}:LOUD", "--verbose"]) == 1
     assert "first line\n" + "a very long interpreter repr " * 100 in capsys.readouterr().out
+
+
+def test_check_probes_for_a_stale_result_unless_told_not_to(specs_file, capsys):
+    """Plain ``kw check`` runs the cheap probes: a result cached by shape fails; ``--no-probes`` lets it pass."""
+    assert main(["check", f"{specs_file}:STALE", "--verbose"]) == 1
+    assert "adversarial (fresh values in the same tensors)" in capsys.readouterr().out
+    assert main(["check", f"{specs_file}:STALE", "--no-probes"]) == 0
+    with pytest.raises(SystemExit):  # all probes and none: contradictory
+        main(["check", f"{specs_file}:STALE", "--no-probes", "--adversarial"])
 
 
 def test_diagnose_without_a_case_lists_the_cases(capsys):

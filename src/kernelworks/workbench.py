@@ -21,17 +21,19 @@ def _resolve(spec: OpSpec | str) -> OpSpec:
 
 
 def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: str | None = None,
-          seed: int = 0, verbose: bool = True, adversarial: bool = False,
+          seed: int = 0, verbose: bool = True, probes: bool = True, adversarial: bool = False,
           sanitize: bool | str | Iterable[str] = False, sanitize_timeout: float | None = None,
           sanitize_ignore: Iterable[str] = ()) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
-    ``adversarial`` adds the cheat probes (results cached by address or shape, ignored inputs, a lower
-    precision than the dtype promises, hard-coded sizes). ``sanitize`` (GPU) adds each case run under
-    compute-sanitizer, one result per case and tool (``True``: memcheck, racecheck, initcheck, synccheck; or
-    tool names), each a fresh process limited to ``sanitize_timeout`` seconds (default per tool), its verdict
-    in the result's ``sanitizer``; ``sanitize_ignore`` holds ``TOOL:KERNEL_GLOB`` rules for known false
-    positives (counted apart, not failures). It raises ``RuntimeError`` saying what is missing where it cannot
-    run (no GPU, no compute-sanitizer), ``ValueError`` for an unknown tool or a malformed rule.
+    ``probes`` (default) adds two cheat probes to each forward, fresh values in the same tensors and fresh
+    tensors (results cached by address or shape; one more provider call each); ``adversarial`` all five (also
+    ignored inputs, a lower precision than the dtype promises, hard-coded sizes). ``sanitize`` (GPU) adds
+    each case run under compute-sanitizer, one result per case and tool (``True``: memcheck, racecheck,
+    initcheck, synccheck; or tool names), each a fresh process limited to ``sanitize_timeout`` seconds
+    (default per tool), its verdict in the result's ``sanitizer``; ``sanitize_ignore`` holds
+    ``TOOL:KERNEL_GLOB`` rules for known false positives (counted apart, not failures). It raises
+    ``RuntimeError`` saying what is missing where it cannot run (no GPU, no compute-sanitizer),
+    ``ValueError`` for an unknown tool or a malformed rule.
 
     Example::
 
@@ -52,7 +54,8 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
         why = unavailable()
         if why:  # before the checklist runs, as `kw check --sanitize` does
             raise RuntimeError(f"kw check --sanitize cannot run here:\n{why}")
-    results = run_check(s, cases, provider=provider, seed=seed, progress=verbose, adversarial=adversarial)
+    results = run_check(s, cases, provider=provider, seed=seed, progress=verbose, probes=probes,
+                        adversarial=adversarial)
     if tools:
         from kernelworks.check.sanitize import run_sanitize
 

@@ -1,5 +1,6 @@
-"""``kw check --adversarial`` on cheating providers (each must be caught) and honest tricky ones (none may be):
-y = x·w + b, pure torch, so the probes' logic is what is tested."""
+"""The probes of ``kw check`` (two by default, five with ``--adversarial``) on cheating providers (each must be
+caught) and honest tricky ones (none may be): y = x·w + b, pure torch, so the probes' logic is what is
+tested."""
 
 from __future__ import annotations
 
@@ -79,11 +80,22 @@ CHEATS = {"cache_by_shape": _cache_by_shape, "cache_by_pointer": _cache_by_point
 
 
 @pytest.mark.parametrize("name", list(CHEATS))
-def test_cheats_pass_the_plain_check_and_fail_the_adversarial_one(name):
-    plain = run_check(_spec(CHEATS[name]()))
+def test_cheats_pass_the_fixed_input_check_and_fail_the_adversarial_one(name):
+    plain = run_check(_spec(CHEATS[name]()), probes=False)
     assert all(r.passed for r in plain), "the cheat should fool the fixed-input check (else this proves nothing)"
     probed = run_check(_spec(CHEATS[name]()), adversarial=True)
     assert not probed[0].passed and any(p.startswith("adversarial") for p in probed[0].problems), probed[0].problems
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_stale_results_fail_the_default_check(name):
+    """The default probes (no ``adversarial``) catch every cheat here: each returns a stale answer for the
+    same tensors refilled; ``probes=False`` turns them off."""
+    (res,) = run_check(_spec(CHEATS[name]()))
+    assert any(p.startswith("adversarial (fresh values in the same tensors)") for p in res.problems), res.problems
+    assert not any(p.startswith(("adversarial (dependence)", "adversarial (other shapes)")) for p in res.problems)
+    (res,) = run_check(_spec(CHEATS[name]()), probes=False)
+    assert res.passed, res.problems
 
 
 def test_the_dependence_probe_names_the_ignored_input():
@@ -124,6 +136,24 @@ def _unused_input_spec() -> OpSpec:
 def test_honest_providers_pass_the_adversarial_check(spec):
     (res,) = run_check(spec, adversarial=True)
     assert res.passed, res.problems
+
+
+def _counted(fn):
+    def counted(**inputs):
+        counted.calls += 1
+        return fn(**inputs)
+    counted.calls = 0
+    return counted
+
+
+def test_the_default_probes_cost_two_forward_calls():
+    calls = {}
+    for label, kwargs in {"none": {"probes": False}, "default": {}, "all": {"adversarial": True}}.items():
+        fn = _counted(_reordered)
+        (res,) = run_check(_spec(fn), **kwargs)
+        assert res.passed, res.problems
+        calls[label] = fn.calls
+    assert calls["none"] == 2 and calls["default"] == 4 and calls["all"] > calls["default"] + 3, calls
 
 
 # ------------------------------------------------------------------------ precision and other shapes

@@ -75,6 +75,12 @@ EXPECTED: dict[str, tuple[int | None, int, list[str], str]] = {
                                      "Error: Race reported between Write access at smem_race+0x200 in smem_race.cu:5"),
     "real/warp_race-racecheck.log": (0, 1, ["smem_race"],  # the same kernel, one warp: a warning
                                      "Warning: Race reported between Write access at smem_race+0x200"),
+    # a second H100 run (the same stack): the split barrier synccheck does report, and a kw child's own log
+    "real/split_barrier-synccheck.log": (48, 0, ["split_barrier"] * 48,
+                                         "Barrier error detected. Divergent thread(s) in block."),
+    "real/kw/sanitize_oob-1000-fp32-mine-memcheck.log": (
+        8, 0, ["_oob_copy_kernel"] * 6 + ["cudaDeviceSynchronize", "cudaGetLastError"],
+        "Invalid __global__ read of size 16 bytes"),
 }
 
 
@@ -299,6 +305,10 @@ REAL_RUNS = {  # log: (tool, the exit status compute-sanitizer returned (index.t
     "real/torch_uninit-initcheck.log": ("initcheck", ERROR_EXITCODE, "8 errors"),
     "real/smem_race-racecheck.log": ("racecheck", ERROR_EXITCODE, "1 error"),
     "real/warp_race-racecheck.log": ("racecheck", ERROR_EXITCODE, "clean (1 warning)"),  # 86 for a warning alone
+    "real/split_barrier-synccheck.log": ("synccheck", ERROR_EXITCODE, "48 errors"),
+    # kw's child (kw check --sanitize-tools memcheck on sanitize_fixtures.py:OOB …:MASKED): index.txt holds kw's
+    # exit status (1), not the child's; kw runs the tool with --error-exitcode 86 and it found errors
+    "real/kw/sanitize_oob-1000-fp32-mine-memcheck.log": ("memcheck", ERROR_EXITCODE, "8 errors"),
 }
 
 
@@ -355,3 +365,30 @@ def test_real_padding_reads_ignored_and_torch_reports_labelled():
     assert out.verdict == "8 errors (8 outside the op)" and out.records[0].startswith(OUTSIDE)
     assert judge("initcheck", torch_log, ERROR_EXITCODE, "", ignore=[parse_ignore("initcheck:at::native::*")]
                  ).verdict == "clean (8 ignored)"
+
+
+def test_real_split_barrier_reported_per_thread_at_each_barrier():
+    """Threads 0-47 wait at the ``if``'s ``__syncthreads()`` (line 29), 48-63 at the ``else``'s (line 32):
+    synccheck reports warp 0 as divergent in the block there, threads 48-63 as divergent in their warp."""
+    log = parse_log(sample("real/split_barrier-synccheck.log"))
+    assert log.records[0].lines == ["Barrier error detected. Divergent thread(s) in block.",
+                                    "at split_barrier+0x130 in split_barrier.cu:29",
+                                    "by thread (0,0,0) in block (0,0,0)"]
+    where = [(r.lines[0].rsplit(" ", 1)[1], r.lines[1].rsplit(":", 1)[1], r.lines[2].split()[2]) for r in log.records]
+    assert where == [("block.", "29", f"({t},0,0)") for t in range(32)] + \
+                    [("warp.", "32", f"({t},0,0)") for t in range(48, 64)]
+    out = judge("synccheck", log, ERROR_EXITCODE, f"{KERNELS_MARK}split_barrier\n")
+    assert out.message.startswith("synccheck: 48 errors: Barrier error detected. Divergent thread(s) in block.\n"
+                                  "at split_barrier+0x130 in split_barrier.cu:29") and out.outside == 0
+
+
+def test_real_kw_child_log_reads_as_kw_check_printed_it():
+    """The log kw's child kept for ``kw check sanitize_fixtures.py:OOB …:MASKED --sanitize-tools memcheck`` on the
+    H100, judged with the op's kernel named: what that run printed (8 errors, none outside the op)."""
+    log = parse_log(sample("real/kw/sanitize_oob-1000-fp32-mine-memcheck.log"))
+    out = judge("memcheck", log, ERROR_EXITCODE, f"{TRACEBACK}{KERNELS_MARK}_oob_copy_kernel\n")
+    assert out.message.startswith("memcheck: 8 errors: Invalid __global__ read of size 16 bytes\n"
+                                  "at _oob_copy_kernel+0xb0 in sanitize_fixtures.py:38\n"
+                                  "by thread (122,0,0) in block (0,0,0)\n"
+                                  "Access to 0x7fc92a800fa0 is out of bounds")
+    assert (out.status, out.outside) == ("errors", 0)

@@ -1,4 +1,4 @@
-"""Adversarial probes of ``kw check --adversarial``: answers that pass a fixed-input check while cheating.
+"""The probes of ``kw check``: answers that pass a fixed-input check while cheating.
 
 A kernel can match the reference on the inputs a check hands it and still be wrong: it returns a result it
 cached from an earlier call (keyed by shape, or by the input's address), its output does not depend on an
@@ -24,11 +24,14 @@ provider a question whose answer the reference knows:
   the rows a case has (:func:`other_shape_problems`). A variant the spec, the reference or the provider
   rejects (raises) is skipped, with a note when none is left.
 
+The two cheapest, :data:`DEFAULT_PROBES` (fresh values, fresh tensors), run in every ``kw check``: one more
+forward call of the provider each per case, and two of the reference (float64 and the case dtype); ``kw
+check --no-probes`` turns them off. ``kw check --adversarial`` runs all five: a few more provider calls per
+case (one per floating-point input, one to a few for other shapes) and one to three more float64 reference
+calls (precision). Forward only; each reuses the case's tolerance rule.
+
 Inputs with a zero stride (expanded views: one element seen many times) are neither refilled nor perturbed:
 writing them in place is not defined, and a dense copy would change the layout under test.
-
-The probes reuse the case's tolerance rule. They cost four to a few more provider calls per case, and one to
-three more float64 reference calls (forward only).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ SIGNIFICAND_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, tor
 
 LOWER_PRECISIONS = ((23, "fp32"), (10, "tf32/fp16"), (7, "bf16"), (3, "fp8 e4m3"))
 """The precisions a computation may be downgraded to, finest first: (significand bits, name)."""
+
+DEFAULT_PROBES = ("fresh values in the same tensors", "fresh tensors")
+"""The probes every ``kw check`` runs (one provider call each per case); the others need ``--adversarial``."""
 
 PRECISION_GAP = 4.0
 """The precision probe runs on an output only where the downgraded computation's error is at least this
@@ -243,10 +249,12 @@ def other_shape_problems(spec: OpSpec, case: Case, fn: Callable[..., Any], devic
 # ---------------------------------------------------------------------------------------------- probe
 
 
-def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device, seed: int,
-          notes: list[str] | None = None) -> list[str]:
-    """Run the probes on one case; returns the problems found (empty when none). ``notes`` (when given)
-    receives why a probe could not run."""
+def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device, seed: int, inputs: Inputs,
+          notes: list[str] | None = None, *, every: bool = True) -> list[str]:
+    """Run the probes on one case; returns the problems found (empty when none). ``inputs``: the case's
+    inputs, which ``fn`` has already been called on (the checklist's own runs, as a cheater's cache would see
+    them); the fresh-values probe rewrites them in place. ``every``: all five probes, else only
+    :data:`DEFAULT_PROBES`. ``notes`` (when given) receives why a probe could not run."""
     notes = [] if notes is None else notes
 
     def make_inputs(s: int) -> Inputs:
@@ -255,8 +263,6 @@ def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device
 
     problems: list[str] = []
     tol = spec.case_tolerance(case)
-    inputs = make_inputs(seed)
-    fn(**inputs)  # a first call, as a cheater's cache would see it
 
     _refill(inputs, make_inputs(seed + 101))
     out = tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in as_outputs(fn(**inputs)))
@@ -265,13 +271,15 @@ def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device
     if bad is not None:
         problems.append(f"adversarial (fresh values in the same tensors): {bad} — a result cached by address "
                         "or by shape?")
-    else:
+    elif every:
         problems += precision_problems(spec, case, tol, inputs, out, ref, base)
 
     fresh = make_inputs(seed + 202)
     bad = _mismatch(as_outputs(fn(**fresh)), fresh, spec, tol)
     if bad is not None:
         problems.append(f"adversarial (fresh tensors): {bad} — a result cached by shape, or a stale output?")
+    if not every:
+        return problems
 
     generator = torch.Generator().manual_seed(seed + 303)
     base_out = tuple(o.clone() for o in as_outputs(fn(**inputs)))

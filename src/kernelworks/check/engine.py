@@ -8,9 +8,10 @@ For each case, on fresh seeded inputs:
 3. the two runs must agree bit for bit (a moving result is a race), the inputs must be left unchanged,
    and every output must pass the tolerance rule; NaN/Inf where the reference is finite fails;
 4. with ``grad_inputs``, the same for the gradients of a random upstream gradient;
-5. with ``adversarial``, the probes of :mod:`kernelworks.check.adversarial` on the forward (results cached
-   by address or shape, outputs that ignore an input, a lower precision than the dtype promises, sizes
-   hard-coded).
+5. the probes of :mod:`kernelworks.check.adversarial` on the forward: by default (``probes``) the two
+   cheapest, fresh values in the same tensors and fresh tensors (results cached by address or shape, stale
+   outputs; one more provider call each); with ``adversarial`` all five (also outputs that ignore an input,
+   a lower precision than the dtype promises, sizes hard-coded).
 
 ``kw check --sanitize`` adds, per case and tool, a run under NVIDIA's compute-sanitizer in a child process
 (:mod:`kernelworks.check.sanitize`); its results are :class:`CaseResult` too, with ``tool`` and ``sanitizer``
@@ -104,9 +105,11 @@ def gradients(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad
 
 
 def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device: torch.device | None = None,
-               seed: int = 0, modes: Iterable[str] | None = None, adversarial: bool = False) -> list[CaseResult]:
-    """Run the checklist for one case; returns one result per mode (``fwd``, and ``bwd`` with gradients);
-    ``adversarial`` adds the cheat probes to the forward."""
+               seed: int = 0, modes: Iterable[str] | None = None, probes: bool = True,
+               adversarial: bool = False) -> list[CaseResult]:
+    """Run the checklist for one case; returns one result per mode (``fwd``, and ``bwd`` with gradients).
+    ``probes`` adds the default cheat probes to a forward that passed (fresh values in the same tensors, fresh
+    tensors: two more provider calls); ``adversarial`` all of them (it implies ``probes``)."""
     device = device or default_device()
     name = provider or spec.subject
     prov = spec.all_providers()[name]
@@ -158,13 +161,6 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
             for k, v in _tensors(inputs).items():
                 if not bitwise_equal(v, snapshot[k]):
                     res.problems.append(f"input {k!r} was modified")
-            if adversarial and res.passed:
-                from kernelworks.check.adversarial import probe
-
-                try:
-                    res.problems += probe(spec, case, prov.fn, device, seed, res.notes)
-                except Exception as e:
-                    res.problems.append(f"adversarial probe: the provider raised {type(e).__name__}: {e}")
         res.seconds = time.perf_counter() - t0
 
     if "bwd" in results:
@@ -193,6 +189,17 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                     if spec.deterministic and not bitwise_equal(a, a2):
                         res.problems.append(f"grad {n}: two runs differ (race or nondeterminism)")
         res.seconds = time.perf_counter() - t0
+
+    # Last, as the fresh-values probe rewrites the inputs in place (the same tensors the provider has seen).
+    if (probes or adversarial) and "fwd" in results and results["fwd"].passed:
+        from kernelworks.check.adversarial import probe
+
+        res, t0 = results["fwd"], time.perf_counter()
+        try:
+            res.problems += probe(spec, case, prov.fn, device, seed, inputs, res.notes, every=adversarial)
+        except Exception as e:
+            res.problems.append(f"adversarial probe: the provider raised {type(e).__name__}: {e}")
+        res.seconds += time.perf_counter() - t0
     return list(results.values())
 
 
@@ -208,9 +215,9 @@ def select_cases(spec: OpSpec, cases: Iterable[str] | None = None, tags: Iterabl
 
 def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str | None = None,
               device: torch.device | None = None, seed: int = 0, tags: Iterable[str] | None = None,
-              progress: bool = False, adversarial: bool = False) -> list[CaseResult]:
-    """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them;
-    ``adversarial`` adds the cheat probes."""
+              progress: bool = False, probes: bool = True, adversarial: bool = False) -> list[CaseResult]:
+    """Check every (selected) case of ``spec``; ``tags`` keeps only cases carrying one of them; ``probes``
+    (default) and ``adversarial`` as in :func:`check_case`."""
     chosen = select_cases(spec, cases, tags)
     iterator: Iterable[tuple[int, Case]] = enumerate(chosen)
     if progress:
@@ -219,7 +226,8 @@ def run_check(spec: OpSpec, cases: Iterable[str] | None = None, *, provider: str
         iterator = tqdm(list(iterator), desc=f"check {spec.name}", unit="case", leave=False)
     out: list[CaseResult] = []
     for i, c in iterator:
-        out.extend(check_case(spec, c, provider=provider, device=device, seed=seed + i, adversarial=adversarial))
+        out.extend(check_case(spec, c, provider=provider, device=device, seed=seed + i, probes=probes,
+                              adversarial=adversarial))
     return out
 
 

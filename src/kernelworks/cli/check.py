@@ -1,10 +1,12 @@
 """``kw check OP|FILE:SPEC``: the correctness checklist; exits 1 on any failure.
 
 Each op's table is printed (and flushed) as soon as its cases are done, so a run cut short keeps what it
-found; failures show on one line each, their full text with ``--verbose``. ``--sanitize`` adds a run of each
-case under every compute-sanitizer tool, one row each (:mod:`kernelworks.check.sanitize`); where it cannot
-run (no GPU, no compute-sanitizer) it refuses before any case runs, saying what is missing, with exit status 2.
-``--sanitize-ignore TOOL:KERNEL_GLOB`` sets known false positives apart: counted and shown, not failures.
+found; failures show on one line each, their full text with ``--verbose``. The two cheapest cheat probes
+(:data:`~kernelworks.check.adversarial.DEFAULT_PROBES`) run unless ``--no-probes``; ``--adversarial`` runs
+all five. ``--sanitize`` adds a run of each case under every compute-sanitizer tool, one row each
+(:mod:`kernelworks.check.sanitize`); where it cannot run (no GPU, no compute-sanitizer) it refuses before
+any case runs, saying what is missing, with exit status 2. ``--sanitize-ignore TOOL:KERNEL_GLOB`` sets known
+false positives apart: counted and shown, not failures.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run an op's correctness checklist",
                        description="Check every case of a spec against its reference: tolerance rule, "
-                                   "NaN-poisoned outputs, repeat-run race detection, gradients. With --sanitize "
+                                   "NaN-poisoned outputs, repeat-run race detection, gradients, and two probes for "
+                                   "cached results (fresh values, fresh tensors). With --sanitize "
                                    "(GPU), each case also runs under compute-sanitizer, one row per tool.")
     p.add_argument("target", nargs="+", help="registered op name(s), 'all', or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="only this case (name or id); repeatable")
@@ -28,9 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="only cases tagged 'quick'")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    p.add_argument("--adversarial", action="store_true",
-                   help="also probe for cheats: results cached by address or shape, outputs ignoring an input, "
-                        "a lower precision than the dtype promises, hard-coded sizes")
+    probes = p.add_mutually_exclusive_group()
+    probes.add_argument("--adversarial", action="store_true",
+                        help="run all five cheat probes: also outputs ignoring an input, a lower precision than the "
+                             "dtype promises, hard-coded sizes (a few more calls per case)")
+    probes.add_argument("--no-probes", dest="probes", action="store_false",
+                        help="skip the two probes every check runs by default (fresh values in the same tensors, "
+                             "fresh tensors: results cached by address or shape; one more forward call each)")
     add_sanitize_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each failure's full text after its op's table (cells show one line), and the "
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     for i, spec in enumerate(specs):
         tags = ["quick"] if args.quick else None
         results = run_check(spec, args.case, provider=args.provider, seed=args.seed, tags=tags, progress=True,
-                            adversarial=args.adversarial)
+                            probes=args.probes, adversarial=args.adversarial)
         if tools:
             from kernelworks.check.sanitize import run_sanitize
 

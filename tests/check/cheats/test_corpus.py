@@ -1,6 +1,7 @@
 """Recall and false positives of ``kw check --adversarial`` over the CPU corpus (``pytest -s`` prints both,
 entry by entry): recall ≥ 0.95, every cheat caught by one of the checks it names, no honest provider flagged
-(a crash counts as flagged), no cheat caught only by crashing."""
+(a crash counts as flagged), no cheat caught only by crashing; and plain ``kw check`` (its two default
+probes, no ``--adversarial``) catches every cheat that names the checklist or one of those probes."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ def test_each_cheat_is_caught_by_a_check_it_names(entry: Entry):
 def test_each_honest_provider_passes(entry: Entry):
     flagged, lines = verdict(entry.name)
     assert not flagged, lines
+
+
+DEFAULT_CATCHERS = {"plain", "fresh values", "fresh tensors"}
+"""What plain ``kw check`` runs: the fixed-input checklist and the two default probes."""
+
+
+@pytest.mark.parametrize("entry", [e for e in CHEATS if DEFAULT_CATCHERS & set(e.by)], ids=lambda e: e.name)
+def test_plain_kw_check_catches_each_cheat_its_default_probes_name(entry: Entry):
+    """Without ``adversarial``: a cheat that the checklist or a default probe must catch fails, by one of those."""
+    results = run_check(entry.spec())
+    lines = [p for r in results for p in r.problems] + [f"{c.output}: {c.problem}" for r in results
+                                                          for c in r.comparisons if not c.passed]
+    assert not all(r.passed for r in results), "passed plain kw check"
+    flagged = {catcher(p) for r in results for p in r.problems} | \
+              ({"plain"} if any(not c.passed for r in results for c in r.comparisons) else set())
+    assert flagged & set(entry.by) & DEFAULT_CATCHERS and "raised" not in flagged, lines[:3]
+    assert not flagged - DEFAULT_CATCHERS, lines[:3]  # the other probes did not run
