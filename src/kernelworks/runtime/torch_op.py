@@ -37,6 +37,10 @@ whose dispatch knows what to do with it. ``nn.Parameter`` is a plain tensor here
 send every call down the ~100 µs custom-op path."""
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def _traced(args: tuple) -> bool:
     """True while ``torch.compile`` traces or when an argument is a tensor subclass (FakeTensor, …): those
     calls take the custom op, whose dispatch knows what to do with them."""
@@ -101,6 +105,10 @@ class TorchOp:
         self.function = type(f"{name.title().replace('_', '')}Function", (torch.autograd.Function,),
                              {"forward": staticmethod(function_forward),
                               "backward": staticmethod(function_backward)})
+        # The C apply under ``Function.apply``'s Python wrapper, which without functorch transforms only
+        # unwraps dead functorch wrappers (a pytree pass over the args, ~2 µs): __call__ takes it when there
+        # is nothing to unwrap.
+        self._apply_c = super(torch.autograd.Function, self.function).apply
 
     def __call__(self, *args: Any) -> Any:
         """The custom op while tracing (``torch.compile``, ``torch.export``) or for tensor subclasses
@@ -108,10 +116,16 @@ class TorchOp:
         runs ~3 µs on the GPU: every µs of host time shows); else the autograd Function."""
         if torch.compiler.is_compiling():
             return self.custom_op(*args)
-        grad_mode, needs_grad = torch.is_grad_enabled(), False
+        grad_mode, needs_grad, wrapped = torch.is_grad_enabled(), False, False
         for a in args:  # one pass, no temporaries: this runs on every eager call
             if isinstance(a, torch.Tensor):
                 if type(a) not in PLAIN_TENSORS:
                     return self.custom_op(*args)
-                needs_grad = needs_grad or (grad_mode and a.requires_grad)
-        return self.function.apply(*args) if needs_grad else self._forward(*args)
+                if grad_mode:
+                    needs_grad = needs_grad or a.requires_grad
+                    wrapped = wrapped or _functorch_wrapped(a)
+        if not needs_grad:
+            return self._forward(*args)
+        if wrapped or _functorch_active():
+            return self.function.apply(*args)  # functorch's own path, or its wrappers unwrapped first
+        return self._apply_c(*args)
