@@ -110,7 +110,7 @@ OPS = {
     "rms_norm": lambda x, r, w, qkv: kw.rms_norm(x, w),
     "rms_norm_residual": lambda x, r, w, qkv: kw.rms_norm(x, w, residual=r),
     "rms_norm_strided_rows": lambda x, r, w, qkv: kw.rms_norm(qkv[:, :256], w),
-    "layer_norm": lambda x, r, w, qkv: kw.layer_norm(x, w, w),
+    "layer_norm": lambda x, r, w, qkv: kw.layer_norm(x, w, r[0]),  # one tensor twice is not recorded
     "softmax": lambda x, r, w, qkv: kw.softmax(x),
     "silu": lambda x, r, w, qkv: kw.silu(x),
     "swiglu_views": lambda x, r, w, qkv: kw.swiglu(qkv[:, :256], qkv[:, 256:512]),
@@ -235,6 +235,17 @@ def test_unrecordable_bodies_keep_the_ordinary_path(launches):
         assert len(runs) == 6
         assert not any(callable(v) for v in op._memo.values())
         assert op.refusals
+
+
+def test_one_tensor_passed_twice_is_not_recorded(launches):
+    """``swiglu(g, g)`` has the signature of ``swiglu(g, u)``, and its launches cannot tell which argument a
+    pointer came from: such a call is not recorded, and a later call with two tensors still uses both."""
+    g, u = _t(8, 256), _t(8, 256)
+    for _ in range(4):
+        kw.swiglu(g, g)
+    assert not any(callable(v) for v in kw.swiglu.replay._memo.values())
+    assert "one tensor passed as two arguments" in kw.swiglu.replay.refusals
+    _compare(lambda: kw.swiglu(g, u), [g, u], launches)
 
 
 def test_recording_frees_what_the_body_drops(launches):

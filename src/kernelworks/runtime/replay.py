@@ -242,12 +242,14 @@ class _Recorder(TorchDispatchMode):
         self.allocs = self.ops = 0
         self.muted = False  # set by launch() around a launch: its scratch buffers are the launcher's own
         self.failed: str | None = None  # why the call cannot be replayed, once known
-        for i, a in enumerate(args):
+        for root, a in [*((("in", i), a) for i, a in enumerate(args)),
+                        *((("kw", name), a) for name, a in kwargs.items())]:
             if isinstance(a, torch.Tensor):
-                self._trace(a, ("in", i))
-        for name, a in kwargs.items():
-            if isinstance(a, torch.Tensor):
-                self._trace(a, ("kw", name))
+                if id(a) in self.roots:
+                    # The signature does not tell one tensor passed twice from two: a replay recorded with
+                    # swiglu(g, g) would pass g's pointer for both arguments of every swiglu(g, u).
+                    self.failed = "one tensor passed as two arguments"
+                self._trace(a, root)
 
     def _trace(self, t: torch.Tensor, root: tuple) -> None:
         key = id(t)
