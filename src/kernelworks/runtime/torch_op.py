@@ -26,6 +26,7 @@ without the autograd half.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,9 @@ whose dispatch knows what to do with it. ``nn.Parameter`` is a plain tensor here
 send every call down the ~100 µs custom-op path."""
 
 
+_observer: Any = None
+"""The recorder of a public op's autograd call (``runtime.replay_grad``) while one runs: it sees each TorchOp
+call made directly by the public op on its thread."""
 _functorch_active = torch._C._are_functorch_transforms_active
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
@@ -116,6 +120,8 @@ class TorchOp:
         runs ~3 µs on the GPU: every µs of host time shows); else the autograd Function."""
         if torch.compiler.is_compiling():
             return self.custom_op(*args)
+        if _observer is not None and not _observer.inside and _observer.thread == threading.get_ident():
+            return _observer.op_call(self, args)
         grad_mode, needs_grad, wrapped = torch.is_grad_enabled(), False, False
         for a in args:  # one pass, no temporaries: this runs on every eager call
             if isinstance(a, torch.Tensor):
