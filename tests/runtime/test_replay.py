@@ -275,7 +275,7 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
 
 def test_functorch_wrappers_keep_the_ordinary_path(launches):
     """A tensor leaked from a functorch transform (a dead wrapper, no storage to key) takes the ordinary path,
-    whose Function.apply unwraps it."""
+    whose Function.apply unwraps it; so does any call while a transform is active."""
     leaked = []
 
     def f(t):
@@ -285,6 +285,12 @@ def test_functorch_wrappers_keep_the_ordinary_path(launches):
     torch.func.grad(f)(_t(4, 64, dtype=torch.float32, grad=True))
     for _ in range(3):
         assert type(kw.softmax(leaked[0]).grad_fn).__name__ == "SoftmaxFunctionBackward"
+    # a recorded signature called while a transform is active takes the ordinary path too (which refuses it)
+    x = _t(4, 64, grad=True)
+    for _ in range(3):
+        kw.softmax(x)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda z: (kw.softmax(x).float() * z).sum())(torch.ones(4, 64))
 
 
 def _toy(fn):

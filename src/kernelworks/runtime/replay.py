@@ -100,10 +100,15 @@ _UNKEYABLE = object()
 def _signature(args: tuple, kwargs: dict, grad: bool, extra: object) -> tuple | None:
     """The key a call's behaviour is a function of (with the current device and ``extra``), or None."""
     key: list = [launch._current_device(), extra]
-    for a in args:
+    for a in args:  # _key's common cases inline: this runs on every call
         kind = type(a)
-        if (kind is torch.Tensor or kind is torch.nn.Parameter) and not (grad and a.requires_grad):
-            key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15))  # _key's, inline: hot
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            if not (grad and a.requires_grad):
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15))
+            elif _functorch_wrapped(a):
+                return None
+            else:
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15, True))
         elif kind in _SCALARS:
             key.append((kind, a))
         else:

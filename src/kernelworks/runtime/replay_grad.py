@@ -8,11 +8,14 @@ called with the same scalars, on the call's own tensors. So the second call of a
 while watching its TorchOp calls, and every later call runs the result::
 
     def replay(a0, a1, **kw):
-        o0 = c0(a0, a1, None, c1, 0.0, True)   # c0: kernelworks::norm's TorchOp, which builds the graph
+        if functorch_active():
+            return fn(a0, a1, **kw)
+        o0 = c0(a0, a1, None, c1, 0.0, True)   # c0: the norm TorchOp's autograd Function (its C apply)
         return o0[0]
 
-Each TorchOp call still decides its own path (the autograd Function, the custom op under a transform) and its
-body replays its launches as usual. A call is recorded only if everything the public op did is visible that
+Each TorchOp call takes the path ``TorchOp.__call__`` took for the signature (the autograd Function, or the
+body where no input requires grad), called directly; the Function builds the call's graph and its body
+replays its launches as usual. A call is recorded only if everything the public op did is visible that
 way: every torch op it dispatched ran inside a TorchOp call (a ``TorchDispatchMode`` sees the others: a view, a
 cast, a host read such as a validation-mode check), every tensor a TorchOp received is an argument of the call
 or an output of an earlier TorchOp, every other argument is a plain scalar, and what the public op returns is
@@ -31,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kernelworks.runtime import indices, torch_op
 from kernelworks.runtime.replay import _PLAIN, _SCALARS, NotRecordableError, _capturing
 
+_functorch_active = torch._C._are_functorch_transforms_active
 _lock = threading.Lock()
 """One recording at a time: the TorchOp hook (``torch_op._observer``) is one slot."""
 
@@ -64,20 +68,26 @@ class _CallRecorder(TorchDispatchMode):
 
     def op_call(self, op: torch_op.TorchOp, args: tuple) -> Any:
         """Called by ``TorchOp.__call__`` on the recording thread, outside any other TorchOp call."""
-        if self.failed:
-            templates = []
-        else:
+        templates: list = []
+        if not self.failed:
             try:
                 templates = [self._template(a) for a in args]
             except NotRecordableError as e:
-                self.failed, templates = str(e), []
+                self.failed = str(e)
+        # The path TorchOp.__call__ takes for these arguments — plain tensors (``_template`` saw to it), not
+        # compiling (no replay then), no functorch transform (checked here and by the replay) — is fixed by the
+        # signature: the autograd Function's C apply if one requires grad (grad mode is on: the signature has
+        # such tensors), else the body. The replay calls it directly.
+        if _functorch_active():
+            self.failed = "a functorch transform is active"
+        needs_grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         self.inside = True
         try:
             out = op(*args)
         finally:
             self.inside = False
         k = len(self.calls)
-        self.calls.append((op, templates))
+        self.calls.append((op._apply_c if needs_grad else op._forward, templates))
         self._name(out, ("out", k, None))
         if type(out) in (tuple, list):
             for i, t in enumerate(out):
@@ -120,7 +130,7 @@ def record(fn: Callable[..., Any], args: tuple,
         try:
             if recorder.failed:
                 raise NotRecordableError(recorder.failed)
-            replay = _generate(recorder.calls, recorder._template(out), len(args))
+            replay = _generate(fn, recorder.calls, recorder._template(out), len(args))
         except NotRecordableError as e:
             return out, None, str(e)
         # as for launch replays: one recorded with validation off (whose host checks it skipped) is not used
@@ -131,14 +141,16 @@ def record(fn: Callable[..., Any], args: tuple,
         _lock.release()
 
 
-def _generate(calls: list, template: tuple, n_args: int) -> Callable[..., Any]:
-    """The straight-line function of the call's arguments that makes ``calls`` and returns ``template``."""
-    consts: dict[str, object] = {}
+def _generate(fn: Callable[..., Any], calls: list, template: tuple, n_args: int) -> Callable[..., Any]:
+    """The straight-line function of the call's arguments that makes ``calls`` and returns ``template``
+    (``fn``, the public op, under a functorch transform)."""
+    consts: dict[str, object] = {"fn": fn, "functorch_active": _functorch_active}
+    counter = iter(range(1 << 30))
 
     def const(value: object) -> str:
         if type(value) is int or value is None or type(value) is bool:
             return repr(value)
-        name = f"c{len(consts)}"
+        name = f"c{next(counter)}"
         consts[name] = value
         return name
 
@@ -157,10 +169,11 @@ def _generate(calls: list, template: tuple, n_args: int) -> Callable[..., Any]:
         inner = ", ".join(emit(i) for i in t[1])
         return f"({inner},)" if t[0] is tuple else f"[{inner}]"
 
-    body = [f"    o{k} = {const(op)}({', '.join(emit(a) for a in templates)})"
-            for k, (op, templates) in enumerate(calls)]
-    body.append(f"    return {emit(template)}")
     params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
+    body = ["    if functorch_active():", f"        return fn({params})"]
+    body += [f"    o{k} = {const(target)}({', '.join(emit(a) for a in templates)})"
+             for k, (target, templates) in enumerate(calls)]
+    body.append(f"    return {emit(template)}")
     source = f"def replay({params}):\n" + "\n".join(body) + "\n"
     namespace = dict(consts)
     exec(compile(source, "<kernelworks autograd replay>", "exec"), namespace)  # generated from the record
