@@ -273,6 +273,30 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
     assert len(runs) == 4
 
 
+def test_autocast_is_part_of_a_public_op_signature(launches):
+    """A public op's torch ops follow CUDA autocast: a call recorded without it is not replayed with it on."""
+    from kernelworks.ops.softmax import _softmax_op
+    from kernelworks.runtime.replay import replayed_op
+
+    runs = []
+
+    @replayed_op
+    def op(x):
+        runs.append(1)
+        return _softmax_op(x)
+
+    x = _t(4, 64)
+    for _ in range(3):
+        op(x)
+    assert len(runs) == 2
+    torch._C.set_autocast_enabled("cuda", True)  # torch.autocast("cuda") turns itself off without a GPU
+    try:
+        op(x)
+    finally:
+        torch._C.set_autocast_enabled("cuda", False)
+    assert len(runs) == 3
+
+
 def test_functorch_wrappers_keep_the_ordinary_path(launches):
     """A tensor leaked from a functorch transform (a dead wrapper, no storage to key) takes the ordinary path,
     whose Function.apply unwraps it; so does any call while a transform is active."""

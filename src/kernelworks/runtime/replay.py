@@ -53,6 +53,7 @@ _enabled = True
 _SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype})
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_any_autocast = torch._C._is_any_autocast_enabled  # no argument to parse: a third of is_autocast_enabled("cuda")
 
 
 def set_enabled(enabled: bool) -> bool:
@@ -149,7 +150,7 @@ class Replayable:
             return self.fn(*args, **kwargs)
         if self.whole_call:  # a public op also reads the autocast state (through the torch ops it calls)
             grad = torch.is_grad_enabled()
-            key = _signature(args, kwargs, grad, torch.is_autocast_enabled("cuda"))
+            key = _signature(args, kwargs, grad, _any_autocast() and torch.is_autocast_enabled("cuda"))
         else:
             grad = False
             key = _signature(args, kwargs, False, None)
