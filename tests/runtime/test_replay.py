@@ -259,6 +259,17 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
         twice(x, x)
     assert twice.replay.refusals == {"one tensor passed as two arguments": RECORD_TRIES}
 
+    def detached_then_graph(x, y):
+        with torch.no_grad():
+            first = _softmax_op(x)
+        return first, _softmax_op(x)
+
+    mixed = public(detached_then_graph)
+    for _ in range(4):
+        first, second = mixed(x)
+        assert first.grad_fn is None and second.grad_fn is not None
+    assert any(callable(v) for v in mixed.replay._memo.values())
+
     chained = public(lambda x, y: _softmax_op(_softmax_op(x)))
     runs.clear()
     for _ in range(4):

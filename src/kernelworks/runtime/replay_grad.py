@@ -76,11 +76,11 @@ class _CallRecorder(TorchDispatchMode):
                 self.failed = str(e)
         # The path TorchOp.__call__ takes for these arguments — plain tensors (``_template`` saw to it), not
         # compiling (no replay then), no functorch transform (checked here and by the replay) — is fixed by the
-        # signature: the autograd Function's C apply if one requires grad (grad mode is on: the signature has
-        # such tensors), else the body. The replay calls it directly.
+        # signature: the autograd Function's C apply if grad mode is on (the public op may turn it off around
+        # a call) and an argument requires grad, else the body. The replay calls it directly.
         if _functorch_active():
             self.failed = "a functorch transform is active"
-        needs_grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        needs_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         self.inside = True
         try:
             out = op(*args)
