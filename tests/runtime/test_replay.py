@@ -17,7 +17,7 @@ import torch
 import kernelworks as kw
 import kernelworks.runtime.device as device
 from kernelworks.runtime import alloc, indices, launch, replay
-from kernelworks.runtime.replay import Replayable
+from kernelworks.runtime.replay import RECORD_TRIES, Replayable
 
 
 class _LoggingKernels(dict):
@@ -110,7 +110,7 @@ OPS = {
     "rms_norm": lambda x, r, w, qkv: kw.rms_norm(x, w),
     "rms_norm_residual": lambda x, r, w, qkv: kw.rms_norm(x, w, residual=r),
     "rms_norm_strided_rows": lambda x, r, w, qkv: kw.rms_norm(qkv[:, :256], w),
-    "layer_norm": lambda x, r, w, qkv: kw.layer_norm(x, w, w),
+    "layer_norm": lambda x, r, w, qkv: kw.layer_norm(x, w, r[0]),  # one tensor twice is not recorded
     "softmax": lambda x, r, w, qkv: kw.softmax(x),
     "silu": lambda x, r, w, qkv: kw.silu(x),
     "swiglu_views": lambda x, r, w, qkv: kw.swiglu(qkv[:, :256], qkv[:, 256:512]),
@@ -128,6 +128,26 @@ def test_replay_launches_what_the_body_launches(launches, name):
     w = _t(256, dtype=torch.float32)
     _compare(lambda: OPS[name](x, r, w, qkv), [x, r, w, qkv], launches)
     assert _replayed("") > 0  # the fixture cleared every recording: this call's own
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_autograd_replay_launches_what_the_ordinary_path_launches(launches, name):
+    """Each op, training: a replayed autograd call (the public op's TorchOp calls, then the bodies' launches)
+    passes what the ordinary path passes, forward and backward."""
+    x, r, qkv = _t(8, 256, grad=True), _t(8, 256, grad=True), _t(8, 768, grad=True)
+    w = _t(256, dtype=torch.float32, grad=True)
+    inputs = [x, r, w, qkv]
+
+    def step():
+        for t in inputs:
+            t.grad = None
+        out = _flat(OPS[name](x, r, w, qkv))
+        torch.autograd.backward(out, [torch.ones_like(o) for o in out])
+        return out, [t.grad for t in inputs]
+
+    _compare(step, inputs, launches)
+    assert any(callable(v) and "autograd" in v.__code__.co_filename
+               for rep in replay._REGISTRY if rep.whole_call for v in rep._memo.values())
 
 
 def test_replay_of_the_backward(launches):
@@ -150,8 +170,8 @@ def test_replay_of_the_backward(launches):
 
 def test_public_ops_replay_whole_inference_calls(launches):
     """A public op called without autograd replays as one unit (validation included: a bad call is still
-    refused, its signature being new); with inputs that require grad only its bodies replay, and the
-    autograd graph is built on every call."""
+    refused, its signature being new); with inputs that require grad the call has a signature of its own
+    (below), and the autograd graph is built on every call."""
     x, w = _t(8, 256), _t(256, dtype=torch.float32)
     for _ in range(3):
         kw.rms_norm(x, w)
@@ -163,11 +183,149 @@ def test_public_ops_replay_whole_inference_calls(launches):
     for _ in range(3):
         y = kw.rms_norm(xg, w)
         assert y.grad_fn is not None
-    assert sum(callable(v) for v in whole._memo.values()) == 1  # no whole-call entry for the autograd calls
-    with torch.no_grad():  # the same signature as x's calls (requires_grad is not part of it): replayed
+    assert sum(callable(v) for v in whole._memo.values()) == 2  # the autograd calls' own signature
+    with torch.no_grad():  # the same signature as x's calls (no graph: requires_grad is not part of it)
         for _ in range(3):
             assert kw.rms_norm(xg, w).grad_fn is None
-    assert len(whole._memo) == 2 and sum(callable(v) for v in whole._memo.values()) == 1
+    assert len(whole._memo) == 3 and sum(callable(v) for v in whole._memo.values()) == 2
+
+
+def test_public_ops_replay_whole_autograd_calls(launches):
+    """An autograd call replays the public op's TorchOp calls for its signature (each tensor's requires_grad
+    part of it): the same launches forward and backward, a graph of its own on every call, and a new signature
+    (a bad weight, a frozen one) validated and recorded on its own."""
+    x, w, dy = _t(8, 256, grad=True), _t(256, dtype=torch.float32, grad=True), _t(8, 256)
+    graphs = []
+
+    def step(weight):
+        x.grad = weight.grad = None
+        y = kw.rms_norm(x, weight)
+        graphs.append(y.grad_fn)
+        y.backward(dy)
+        return y, x.grad, weight.grad
+
+    _compare(lambda: step(w), [x, w, dy], launches)
+    whole = kw.rms_norm.replay
+    (entry,) = [v for v in whole._memo.values() if callable(v)]
+    assert "return o0[0]" in entry.source
+    assert len({id(g) for g in graphs}) == len(graphs)
+    assert all(type(g).__name__ == "NormFunctionBackward" for g in graphs)
+    with pytest.raises(ValueError, match="weight"):
+        kw.rms_norm(x, _t(128, dtype=torch.float32, grad=True))
+    frozen = w.detach()
+    for _ in range(3):
+        _, dx, dw = step(frozen)
+        assert dx is not None and dw is None
+    assert sum(callable(v) for v in whole._memo.values()) == 2
+
+
+def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
+    """An autograd call is recorded only if all the public op did was TorchOp calls on its arguments (or on
+    earlier TorchOps' outputs) with scalars, which the replay repeats: a torch op of its own (a view, a cast, a
+    host read), no TorchOp, a tensor from elsewhere or one tensor passed twice keep the ordinary path, run once
+    per call. Scalars are part of the signature, so a check on one still raises; and a replay recorded with
+    validation off is not used with it on."""
+    from kernelworks.ops.softmax import _softmax_op
+    from kernelworks.runtime.replay import replayed_op
+
+    runs = []
+    held = _t(4, 64)
+
+    def public(body):
+        def fn(x, y=None, limit=64):
+            runs.append(1)
+            if x.shape[-1] > limit:
+                raise ValueError("limit: too small")
+            return body(x, y)
+        return replayed_op(fn)
+
+    refused = {
+        "view": public(lambda x, y: _softmax_op(x.view(x.shape))),
+        "cast after": public(lambda x, y: _softmax_op(x).float()),
+        "host read": public(lambda x, y: _softmax_op(x if bool((x < 100).all()) else -x)),
+        "no TorchOp": public(lambda x, y: x.softmax(-1)),
+        "held tensor": public(lambda x, y: (_softmax_op(x), _softmax_op(held))),
+    }
+    x = _t(4, 64, grad=True)
+    for name, op in refused.items():
+        runs.clear()
+        for _ in range(6):
+            assert _flat(op(x))[0].grad_fn is not None, name
+        assert len(runs) == 6, name
+        assert not any(callable(v) for v in op.replay._memo.values()), name
+        assert op.replay.refusals, name
+    twice = public(lambda x, y: (_softmax_op(x), _softmax_op(y)))
+    for _ in range(4):
+        twice(x, x)
+    assert twice.replay.refusals == {"one tensor passed as two arguments": RECORD_TRIES}
+
+    def detached_then_graph(x, y):
+        with torch.no_grad():
+            first = _softmax_op(x)
+        return first, _softmax_op(x)
+
+    mixed = public(detached_then_graph)
+    for _ in range(4):
+        first, second = mixed(x)
+        assert first.grad_fn is None and second.grad_fn is not None
+    assert any(callable(v) for v in mixed.replay._memo.values())
+
+    chained = public(lambda x, y: _softmax_op(_softmax_op(x)))
+    runs.clear()
+    for _ in range(4):
+        assert chained(x).grad_fn is not None
+    assert len(runs) == 2  # the ordinary call, the recording; then replays
+    (entry,) = [v for v in chained.replay._memo.values() if callable(v)]
+    assert "o1 = " in entry.source and "(o0)" in entry.source
+    with pytest.raises(ValueError, match="limit"):
+        chained(x, limit=32)
+    monkeypatch.setattr(indices, "_validate", True)
+    chained(x)
+    assert len(runs) == 4
+
+
+def test_autocast_is_part_of_a_public_op_signature(launches):
+    """A public op's torch ops follow CUDA autocast: a call recorded without it is not replayed with it on."""
+    from kernelworks.ops.softmax import _softmax_op
+    from kernelworks.runtime.replay import replayed_op
+
+    runs = []
+
+    @replayed_op
+    def op(x):
+        runs.append(1)
+        return _softmax_op(x)
+
+    x = _t(4, 64)
+    for _ in range(3):
+        op(x)
+    assert len(runs) == 2
+    torch._C.set_autocast_enabled("cuda", True)  # torch.autocast("cuda") turns itself off without a GPU
+    try:
+        op(x)
+    finally:
+        torch._C.set_autocast_enabled("cuda", False)
+    assert len(runs) == 3
+
+
+def test_functorch_wrappers_keep_the_ordinary_path(launches):
+    """A tensor leaked from a functorch transform (a dead wrapper, no storage to key) takes the ordinary path,
+    whose Function.apply unwraps it; so does any call while a transform is active."""
+    leaked = []
+
+    def f(t):
+        leaked.append(t)
+        return (t * t).sum()
+
+    torch.func.grad(f)(_t(4, 64, dtype=torch.float32, grad=True))
+    for _ in range(3):
+        assert type(kw.softmax(leaked[0]).grad_fn).__name__ == "SoftmaxFunctionBackward"
+    # a recorded signature called while a transform is active takes the ordinary path too (which refuses it)
+    x = _t(4, 64, grad=True)
+    for _ in range(3):
+        kw.softmax(x)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda z: (kw.softmax(x).float() * z).sum())(torch.ones(4, 64))
 
 
 def _toy(fn):
@@ -235,6 +393,17 @@ def test_unrecordable_bodies_keep_the_ordinary_path(launches):
         assert len(runs) == 6
         assert not any(callable(v) for v in op._memo.values())
         assert op.refusals
+
+
+def test_one_tensor_passed_twice_is_not_recorded(launches):
+    """``swiglu(g, g)`` has the signature of ``swiglu(g, u)``, and its launches cannot tell which argument a
+    pointer came from: such a call is not recorded, and a later call with two tensors still uses both."""
+    g, u = _t(8, 256), _t(8, 256)
+    for _ in range(4):
+        kw.swiglu(g, g)
+    assert not any(callable(v) for v in kw.swiglu.replay._memo.values())
+    assert "one tensor passed as two arguments" in kw.swiglu.replay.refusals
+    _compare(lambda: kw.swiglu(g, u), [g, u], launches)
 
 
 def test_recording_frees_what_the_body_drops(launches):
@@ -366,21 +535,35 @@ def test_off_gpu_paths_never_replay():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
 @pytest.mark.parametrize("name", list(OPS))
-def test_replayed_results_equal_the_ordinary_ones(name):
+def test_replayed_results_equal_the_ordinary_ones(name, train):
     """On the GPU: the op called repeatedly with fresh inputs of one signature (replayed from the third call)
-    gives bit-identical results to the ordinary path on the same inputs."""
+    gives bit-identical results to the ordinary path on the same inputs (and, training, gradients)."""
     torch.manual_seed(0)
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        for t in inputs:
+            t.grad = None
+        out = _flat(OPS[name](*inputs))
+        if not train:
+            return out
+        torch.autograd.backward(out, [torch.ones_like(o) for o in out])
+        return [*out, *(t.grad for t in inputs)]
+
     for _ in range(4):
         x, r, qkv = (torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((8, 256), (8, 256), (8, 768)))
-        w = torch.randn(256, device="cuda")
-        on = _flat(OPS[name](x, r, w, qkv))
+        inputs = [t.requires_grad_(train) for t in (x, r, torch.randn(256, device="cuda"), qkv)]
+        on = run(inputs)
         previous = replay.set_enabled(False)
         try:
-            off = _flat(OPS[name](x, r, w, qkv))
+            off = run(inputs)
         finally:
             replay.set_enabled(previous)
         for a, b in zip(on, off, strict=True):
+            if a is None or b is None:
+                assert a is b
+                continue
             assert a.shape == b.shape and a.stride() == b.stride()
             assert torch.equal(a, b)
     assert any(v["replayed"] for v in replay.report().values())

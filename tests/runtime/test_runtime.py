@@ -70,6 +70,32 @@ def test_torch_op_paths():
     torch.testing.assert_close(out, y, rtol=0, atol=0)
 
 
+def test_torch_op_functorch_wrappers():
+    """An autograd call takes the C apply only when ``Function.apply``'s wrapper has nothing to do: a tensor
+    leaked from a functorch transform (a dead wrapper) is still unwrapped, and gradients flow as before."""
+    import kernelworks as kw
+
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return (x * x).sum()
+
+    x = torch.randn(3, 40, device=default_device(), requires_grad=True)
+    torch.func.grad(f)(x)
+    dead = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    y = kw.softmax(dead)
+    assert type(y.grad_fn).__name__ == "SoftmaxFunctionBackward"
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(y)  # unwrapped, as Function.apply does
+    xg = x.detach().clone().requires_grad_()
+    g = torch.randn_like(xg)
+    kw.softmax(xg).backward(g)
+    expected = torch.softmax(xg.detach(), -1)
+    expected = expected * (g - (g * expected).sum(-1, keepdim=True))
+    torch.testing.assert_close(xg.grad, expected)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="compares the interpreter's plan with a GPU plan")
 def test_plans_are_keyed_on_where_kernels_run():
     """A plan cached under the interpreter must not leak into planning for a GPU (kw inspect)."""

@@ -52,6 +52,8 @@ on its first run is unrecordable once, then records)."""
 _enabled = True
 _SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype})
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_any_autocast = torch._C._is_any_autocast_enabled  # no argument to parse: a third of is_autocast_enabled("cuda")
 
 
 def set_enabled(enabled: bool) -> bool:
@@ -75,13 +77,16 @@ def paused() -> Iterator[None]:
 
 
 def _key(a: object, grad: bool) -> object:
-    """One argument's part of the signature; ``_UNKEYABLE`` for what cannot be keyed (or, when ``grad``, a
-    tensor that requires grad: its call records an autograd graph, which a replay would not)."""
+    """One argument's part of the signature; ``_UNKEYABLE`` for what cannot be keyed. ``grad`` (a public op's
+    call in grad mode): a tensor's ``requires_grad`` is part of it, so calls that record an autograd graph
+    have signatures of their own (``runtime.replay_grad``)."""
     kind = type(a)
     if kind is torch.Tensor or kind is torch.nn.Parameter:
-        if grad and a.requires_grad:
-            return _UNKEYABLE
         # data_ptr & 15: Triton specialises on 16-byte alignment, and a view's offset keeps it or not
+        if grad and a.requires_grad:
+            if _functorch_wrapped(a):  # no storage to key; Function.apply unwraps it or runs the transform
+                return _UNKEYABLE
+            return (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15, True)
         return (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15)
     if kind in _SCALARS:
         return (kind, a)  # the type too: 1, 1.0 and True are equal keys in Python
@@ -93,14 +98,25 @@ def _key(a: object, grad: bool) -> object:
 _UNKEYABLE = object()
 
 
-def _signature(args: tuple, kwargs: dict, grad: bool) -> tuple | None:
-    """The key a call's behaviour is a function of (with the current device), or None."""
-    key: list = [launch._current_device()]
-    for a in args:
-        k = _key(a, grad)
-        if k is _UNKEYABLE:
-            return None
-        key.append(k)
+def _signature(args: tuple, kwargs: dict, grad: bool, extra: object) -> tuple | None:
+    """The key a call's behaviour is a function of (with the current device and ``extra``), or None."""
+    key: list = [launch._current_device(), extra]
+    for a in args:  # _key's common cases inline: this runs on every call
+        kind = type(a)
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            if not (grad and a.requires_grad):
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15))
+            elif _functorch_wrapped(a):
+                return None
+            else:
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15, True))
+        elif kind in _SCALARS:
+            key.append((kind, a))
+        else:
+            k = _key(a, grad)
+            if k is _UNKEYABLE:
+                return None
+            key.append(k)
     for name, a in kwargs.items():
         k = _key(a, grad)
         if k is _UNKEYABLE:
@@ -110,10 +126,15 @@ def _signature(args: tuple, kwargs: dict, grad: bool) -> tuple | None:
     return tuple(key)
 
 
+def _records_graph(args: tuple, kwargs: dict) -> bool:
+    """Some tensor argument requires grad (grad mode being on): the call records an autograd graph."""
+    return any(type(a) in _PLAIN and a.requires_grad for a in (*args, *kwargs.values()))
+
+
 class Replayable:
     """``fn`` with its launches replayed per signature, as described above. ``whole_call``: ``fn`` is a public
-    op (validation, dispatch and body), replayed only when it records no autograd graph; otherwise ``fn`` is an
-    op body, which never does."""
+    op (validation, dispatch and body); a call of it that records an autograd graph replays its TorchOp calls
+    instead (``runtime.replay_grad``). Otherwise ``fn`` is an op body, which never records a graph."""
 
     def __init__(self, fn: Callable[..., Any], *, whole_call: bool = False) -> None:
         self.fn = fn
@@ -127,12 +148,14 @@ class Replayable:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _enabled or launch._observer is not None or not launch.fast_launch_active() or alloc._POISON.get():
             return self.fn(*args, **kwargs)
-        whole = self.whole_call
-        key = _signature(args, kwargs, whole and torch.is_grad_enabled())
+        if self.whole_call:  # a public op also reads the autocast state (through the torch ops it calls)
+            grad = torch.is_grad_enabled()
+            key = _signature(args, kwargs, grad, _any_autocast() and torch.is_autocast_enabled("cuda"))
+        else:
+            grad = False
+            key = _signature(args, kwargs, False, None)
         if key is None:
             return self.fn(*args, **kwargs)
-        if whole:  # a public op also reads the autocast state (through the torch ops it calls)
-            key = (key, torch.is_autocast_enabled("cuda"))
         entry = self._memo.get(key)
         if callable(entry):
             # A profiler's launch hook wants Triton's own path; and a replay recorded with validation off must
@@ -147,7 +170,12 @@ class Replayable:
             return self.fn(*args, **kwargs)
         if entry >= RECORD_TRIES:
             return self.fn(*args, **kwargs)
-        out, replay, why = _record(self.fn, args, kwargs)
+        if grad and _records_graph(args, kwargs):
+            from kernelworks.runtime import replay_grad  # imports this module
+
+            out, replay, why = replay_grad.record(self.fn, args, kwargs)
+        else:
+            out, replay, why = _record(self.fn, args, kwargs)
         self._memo[key] = replay if replay is not None else entry + 1
         if why:
             self.refusals[why] = self.refusals.get(why, 0) + 1
@@ -192,8 +220,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def replayed_op(fn: _F) -> _F:
     """Decorate a public op so a repeated inference call replays everything it does — validation, dispatch
     and launches — from one signature (its checks passed for that signature before; the body's own host
-    checks are handled as for any body). Calls that record an autograd graph, and calls under
-    ``torch.compile`` (which traces ``fn`` itself), take ``fn``. The result is a plain function with ``fn``'s
+    checks are handled as for any body). A repeated call that records an autograd graph replays the op's
+    TorchOp calls, skipping its validation the same way (``runtime.replay_grad``). Calls under
+    ``torch.compile`` (which traces ``fn`` itself) take ``fn``. The result is a plain function with ``fn``'s
     name, signature and docstring."""
     whole = Replayable(fn, whole_call=True)
 
@@ -242,12 +271,14 @@ class _Recorder(TorchDispatchMode):
         self.allocs = self.ops = 0
         self.muted = False  # set by launch() around a launch: its scratch buffers are the launcher's own
         self.failed: str | None = None  # why the call cannot be replayed, once known
-        for i, a in enumerate(args):
+        for root, a in [*((("in", i), a) for i, a in enumerate(args)),
+                        *((("kw", name), a) for name, a in kwargs.items())]:
             if isinstance(a, torch.Tensor):
-                self._trace(a, ("in", i))
-        for name, a in kwargs.items():
-            if isinstance(a, torch.Tensor):
-                self._trace(a, ("kw", name))
+                if id(a) in self.roots:
+                    # The signature does not tell one tensor passed twice from two: a replay recorded with
+                    # swiglu(g, g) would pass g's pointer for both arguments of every swiglu(g, u).
+                    self.failed = "one tensor passed as two arguments"
+                self._trace(a, root)
 
     def _trace(self, t: torch.Tensor, root: tuple) -> None:
         key = id(t)

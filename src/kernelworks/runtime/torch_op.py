@@ -26,6 +26,7 @@ without the autograd half.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,13 @@ PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 """Tensor types the eager paths take; anything else (FakeTensor, other subclasses) goes to the custom op,
 whose dispatch knows what to do with it. ``nn.Parameter`` is a plain tensor here: a module's weight must not
 send every call down the ~100 µs custom-op path."""
+
+
+_observer: Any = None
+"""The recorder of a public op's autograd call (``runtime.replay_grad``) while one runs: it sees each TorchOp
+call made directly by the public op on its thread."""
+_functorch_active = torch._C._are_functorch_transforms_active
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _traced(args: tuple) -> bool:
@@ -101,6 +109,10 @@ class TorchOp:
         self.function = type(f"{name.title().replace('_', '')}Function", (torch.autograd.Function,),
                              {"forward": staticmethod(function_forward),
                               "backward": staticmethod(function_backward)})
+        # The C apply under ``Function.apply``'s Python wrapper, which without functorch transforms only
+        # unwraps dead functorch wrappers (a pytree pass over the args, ~2 µs): __call__ takes it when there
+        # is nothing to unwrap.
+        self._apply_c = super(torch.autograd.Function, self.function).apply
 
     def __call__(self, *args: Any) -> Any:
         """The custom op while tracing (``torch.compile``, ``torch.export``) or for tensor subclasses
@@ -108,10 +120,18 @@ class TorchOp:
         runs ~3 µs on the GPU: every µs of host time shows); else the autograd Function."""
         if torch.compiler.is_compiling():
             return self.custom_op(*args)
-        grad_mode, needs_grad = torch.is_grad_enabled(), False
+        if _observer is not None and not _observer.inside and _observer.thread == threading.get_ident():
+            return _observer.op_call(self, args)
+        grad_mode, needs_grad, wrapped = torch.is_grad_enabled(), False, False
         for a in args:  # one pass, no temporaries: this runs on every eager call
             if isinstance(a, torch.Tensor):
                 if type(a) not in PLAIN_TENSORS:
                     return self.custom_op(*args)
-                needs_grad = needs_grad or (grad_mode and a.requires_grad)
-        return self.function.apply(*args) if needs_grad else self._forward(*args)
+                if grad_mode:
+                    needs_grad = needs_grad or a.requires_grad
+                    wrapped = wrapped or _functorch_wrapped(a)
+        if not needs_grad:
+            return self._forward(*args)
+        if wrapped or _functorch_active():
+            return self.function.apply(*args)  # functorch's own path, or its wrappers unwrapped first
+        return self._apply_c(*args)
