@@ -362,3 +362,19 @@ def test_the_compile_gate_captures_the_backward_config_it_judges():
     launches = capture_op(spec, case, mode="bwd", config={"KV_N": 128, "KV_M": 64, "kv_warps": 8})
     dkdv = next(launch for launch in launches if launch.name == "_attn_bwd_dkdv_kernel")
     assert (dkdv.args["BLOCK_N"], dkdv.args["BLOCK_M"], dkdv.options["num_warps"]) == (128, 64, 8)
+
+
+def test_a_backward_search_starts_at_the_plan_the_op_would_pick():
+    """The backward space's knobs (``KV_N``, …) are no kernel's constexpr names: the pattern search starts from
+    the plan the op chose (``runtime.plans.observed``), here the sm_90 plan for head dim 64 in fp16."""
+    from kernelworks.ops.attention import backward
+    from kernelworks.spec import registry
+    from kernelworks.tune.engine import _start
+    from kernelworks.tune.search import Grid
+
+    spec = registry()["flash_attention"]
+    case = next(c for c in spec.check_cases if "gpu" not in c.tags and c.dtype == torch.float16 and c["d"] <= 128)
+    plan = backward.bwd_plan(max(16, case["d"]), False, (9, 0))
+    own = {k: getattr(plan, k) for k in spec.bwd_configs[0]}
+    start = _start(spec, case, Grid(spec.bwd_configs), (9, 0), "bwd")
+    assert spec.bwd_configs[start - 1] == own

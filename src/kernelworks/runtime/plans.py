@@ -1,16 +1,32 @@
 """Launch plans forced from outside an op: what ``kw tune`` (through a spec's ``configured``), sweeps and tests
-use to make an op launch a given plan instead of its own choice."""
+use to make an op launch a given plan instead of its own choice; and the op's own choice, observed (where a
+pattern search starts)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kernelworks.runtime import replay
 
 _P = TypeVar("_P")
+_observed: ContextVar[list[dict[str, Any]] | None] = ContextVar("kernelworks_observed_plans", default=None)
+
+
+@contextmanager
+def observed() -> Iterator[list[dict[str, Any]]]:
+    """Within the block, the plans ops choose through :meth:`ForcedPlan.apply` are collected, each as a dict
+    of its knobs, before any forced knob replaces them: ``kw tune`` starts a pattern search at the declared
+    config closest to them, where a space's knobs are no kernel's constexpr names (a backward's ``KV_N``)."""
+    seen: list[dict[str, Any]] = []
+    token = _observed.set(seen)
+    try:
+        yield seen
+    finally:
+        _observed.reset(token)
 
 
 class ForcedPlan(Generic[_P]):
@@ -32,6 +48,18 @@ class ForcedPlan(Generic[_P]):
     def get(self) -> _P | None:
         """The plan forced in this context, None when there is none."""
         return self._plan.get()
+
+    def apply(self, plan: _P) -> _P:
+        """The plan to launch: the op's own ``plan`` (a dataclass) with the knobs forced in this context put in
+        (a forced mapping), or the forced plan itself (a whole plan). ``plan`` is what :func:`observed`
+        collects."""
+        seen = _observed.get()
+        if seen is not None and dataclasses.is_dataclass(plan):
+            seen.append(dataclasses.asdict(plan))
+        forced = self._plan.get()
+        if not forced:
+            return plan
+        return dataclasses.replace(plan, **forced) if isinstance(forced, Mapping) else forced
 
     @contextmanager
     def forced(self, plan: _P) -> Iterator[None]:

@@ -162,16 +162,21 @@ def _verdict(fn: Callable[..., Any], inputs: Mapping[str, Any], truth: _Truth) -
 
 
 def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int], mode: str = "fwd") -> int:
-    """The declared config closest to the op's own choice: most knob values in common with the constexprs and
-    launch options of the launches the default makes (captured as ``kw inspect`` does); the first config
-    when they cannot be captured."""
+    """The declared config closest to the op's own choice: most knob values in common with the plans the
+    default chooses (``runtime.plans.observed``) and the constexprs and launch options of the launches it makes
+    (captured as ``kw inspect`` does); the first config when they cannot be captured."""
     from kernelworks.inspect.capture import capture_op
+    from kernelworks.runtime.plans import observed
 
     try:
-        launches = capture_op(spec, case, mode=mode, capability=capability)
+        with observed() as plans:
+            launches = capture_op(spec, case, mode=mode, capability=capability)
     except Exception:  # a launcher that needs real values or a GPU: start from the simplest config
         return 1
     values: dict[str, Any] = {}
+    for plan in plans:
+        for k, v in plan.items():
+            values.setdefault(k, v)
     for launch in launches:
         for k, v in (*launch.args.items(), *launch.options.items()):
             values.setdefault(k, v)

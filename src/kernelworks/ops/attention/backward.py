@@ -24,7 +24,7 @@ row) summed over the group in a fixed order.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 import triton
@@ -434,10 +434,7 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
         cus = (1, 1, 1, 1)  # unused; Triton folds 1s into constants: the dense kernels keep their signature
     if dlse is not None:
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
-    plan = bwd_plan(d, q.dtype == torch.float32, gpu_capability())
-    forced = _FORCED_BWD.get()
-    if forced:
-        plan = replace(plan, **forced)
+    plan = _FORCED_BWD.apply(bwd_plan(d, q.dtype == torch.float32, gpu_capability()))
     group = hq // hkv
     dq = empty(q.shape, dtype=q_dtype, device=q.device)
     # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),
