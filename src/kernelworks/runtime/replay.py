@@ -441,18 +441,40 @@ def forbid(why: str) -> None:
 # ------------------------------------------------------------------------------------------------ codegen
 
 
-def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., Any]:
-    """A straight-line function of the body's arguments that repeats ``rec``'s actions (module docstring)."""
-    consts: dict[str, object] = {"empty_strided": torch.empty_strided, "stream": launch._current_stream,
-                                 "current_device": launch._current_device}
-    counter = iter(range(1 << 30))
+class Source:
+    """A generated replay function in the making: the names it reads (``const``) and, at the end, the function
+    compiled from its body lines (``build``)."""
 
-    def const(value: object) -> str:
+    def __init__(self, names: dict[str, object]) -> None:
+        self.names = dict(names)
+        self._count = 0
+
+    def const(self, value: object) -> str:
+        """How the source spells ``value``: a literal for ints, bools and None, else a name bound to it."""
         if type(value) is int or value is None or type(value) is bool:
             return repr(value)
-        name = f"c{next(counter)}"
-        consts[name] = value
+        name = f"c{self._count}"
+        self._count += 1
+        self.names[name] = value
         return name
+
+    def build(self, n_args: int, body: list[str], filename: str) -> Callable[..., Any]:
+        """``def replay(a0, …, a{n_args-1}, **kw)`` with ``body``, compiled; its source kept as ``.source``
+        (for tests and debugging)."""
+        params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
+        source = f"def replay({params}):\n" + "\n".join(body) + "\n"
+        namespace = dict(self.names)
+        exec(compile(source, filename, "exec"), namespace)  # the source is generated from a record
+        replay = namespace["replay"]
+        replay.source = source
+        return replay
+
+
+def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., Any]:
+    """A straight-line function of the body's arguments that repeats ``rec``'s actions (module docstring)."""
+    src = Source({"empty_strided": torch.empty_strided, "stream": launch._current_stream,
+                  "current_device": launch._current_device})
+    const = src.const
 
     multi: set[int] = {a[1] for a in rec.actions if a[0] == "op" and a[5]}  # ops returning several tensors
 
@@ -555,10 +577,4 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
             body.append(f"    del {', '.join(sorted(dead_after[i]))}")
 
     body.append(f"    return {emit(template)}")
-    params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
-    source = f"def replay({params}):\n" + "\n".join(body) + "\n"
-    namespace = dict(consts)
-    exec(compile(source, "<kernelworks replay>", "exec"), namespace)  # the source is generated from the record
-    replay = namespace["replay"]
-    replay.source = source  # for tests and debugging
-    return replay
+    return src.build(n_args, body, "<kernelworks replay>")

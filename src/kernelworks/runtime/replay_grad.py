@@ -32,7 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelworks.runtime import indices, torch_op
-from kernelworks.runtime.replay import _PLAIN, _SCALARS, NotRecordableError, _capturing
+from kernelworks.runtime.replay import _PLAIN, _SCALARS, NotRecordableError, Source, _capturing
 
 _functorch_active = torch._C._are_functorch_transforms_active
 _lock = threading.Lock()
@@ -144,15 +144,8 @@ def record(fn: Callable[..., Any], args: tuple,
 def _generate(fn: Callable[..., Any], calls: list, template: tuple, n_args: int) -> Callable[..., Any]:
     """The straight-line function of the call's arguments that makes ``calls`` and returns ``template``
     (``fn``, the public op, under a functorch transform)."""
-    consts: dict[str, object] = {"fn": fn, "functorch_active": _functorch_active}
-    counter = iter(range(1 << 30))
-
-    def const(value: object) -> str:
-        if type(value) is int or value is None or type(value) is bool:
-            return repr(value)
-        name = f"c{next(counter)}"
-        consts[name] = value
-        return name
+    src = Source({"fn": fn, "functorch_active": _functorch_active})
+    const = src.const
 
     def ref(r: tuple) -> str:
         if r[0] == "in":
@@ -174,9 +167,4 @@ def _generate(fn: Callable[..., Any], calls: list, template: tuple, n_args: int)
     body += [f"    o{k} = {const(target)}({', '.join(emit(a) for a in templates)})"
              for k, (target, templates) in enumerate(calls)]
     body.append(f"    return {emit(template)}")
-    source = f"def replay({params}):\n" + "\n".join(body) + "\n"
-    namespace = dict(consts)
-    exec(compile(source, "<kernelworks autograd replay>", "exec"), namespace)  # generated from the record
-    replay = namespace["replay"]
-    replay.source = source
-    return replay
+    return src.build(n_args, body, "<kernelworks autograd replay>")
