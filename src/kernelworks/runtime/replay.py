@@ -9,10 +9,11 @@ byte offsets from the same tensors. So the second call of a signature runs the b
 and every later call runs a straight-line function generated from that record::
 
     def replay(a0, a1, a2, a3, a4, a5):
+        s = stream(0)
         t0 = empty_strided(c0, c1, dtype=c2, device=c3)
         t1 = empty_strided(c4, c5, dtype=c6, device=c3)
         p0, p1, q0, q1 = a0.data_ptr(), a1.data_ptr(), t0.data_ptr(), t1.data_ptr()
-        go0(1, 1, 1, stream(c7), (p0, p0, p1, p0, q0, q0, q1, q1, 1, 4096, ..., c8, *c9))
+        go0(1, 1, 1, s, (p0, p0, p1, p0, q0, q0, q1, q1, 1, 4096, ..., c8, *c9))
         return (t0, t1)
 
 The recorder sees the body's torch calls through a ``TorchDispatchMode`` (allocations, views, fills: anything
@@ -472,8 +473,7 @@ class Source:
 
 def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., Any]:
     """A straight-line function of the body's arguments that repeats ``rec``'s actions (module docstring)."""
-    src = Source({"empty_strided": torch.empty_strided, "stream": launch._current_stream,
-                  "current_device": launch._current_device})
+    src = Source({"empty_strided": torch.empty_strided, "stream": launch._current_stream})
     const = src.const
 
     multi: set[int] = {a[1] for a in rec.actions if a[0] == "op" and a[5]}  # ops returning several tensors
@@ -550,9 +550,16 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
     for name, i in last_use.items():
         if name not in returned:
             dead_after.setdefault(i, []).append(name)
+    # An allocation nothing reads, writes or returns (a body's empty placeholder for an output it did not make)
+    # is not repeated: on a GPU each costs a caching-allocator call from Python.
+    unused = {i for i, action in enumerate(rec.actions)
+              if action[0] == "alloc" and last_use.get(f"t{action[1]}") == i and f"t{action[1]}" not in returned}
 
-    body = ["    s = stream(current_device())"]
+    # the device is part of the signature (``_signature``'s first item): the replay's device is a constant
+    body = [f"    s = stream({int(launch._current_device())})"]
     for i, action in enumerate(rec.actions):
+        if i in unused:
+            continue
         if action[0] == "alloc":
             _, j, shape, strides, dtype, device = action
             body.append(f"    t{j} = empty_strided({const(shape)}, {const(strides)}, dtype={const(dtype)}, "

@@ -96,13 +96,19 @@ class TorchOp:
         self.custom_op.register_autograd(
             lambda ctx, *grads: input_grads(ctx, grads, self.backward_op), setup_context=setup_context)
 
+        # The Function's last argument is the body to run: ``forward`` (which replays per signature), or, from
+        # a replayed autograd call (``runtime.replay_grad``), the launch replay that ``forward`` recorded for the
+        # call's signature, so the body's signature is not keyed a second time. Last, so that
+        # ``ctx.needs_input_grad[i]`` still indexes the op's own arguments.
         def function_forward(ctx: Any, *args: Any) -> Any:
-            out = forward(*args)
+            body, args = args[-1], args[:-1]
+            out = body(*args)
             setup_context(ctx, args, out)
             return out
 
         def function_backward(ctx: Any, *grads: Any) -> Any:
-            return input_grads(ctx, grads, backward)
+            g = input_grads(ctx, grads, backward)  # a tuple, or the gradient of a one-argument op
+            return (*g, None) if type(g) is tuple else (g, None)
 
         # Built with type() so the class (and its autograd node, e.g. ``SoftmaxFunctionBackward``) is named
         # after the op from the start: autograd names the node when the class is created.
@@ -133,5 +139,5 @@ class TorchOp:
         if not needs_grad:
             return self._forward(*args)
         if wrapped or _functorch_active():
-            return self.function.apply(*args)  # functorch's own path, or its wrappers unwrapped first
-        return self._apply_c(*args)
+            return self.function.apply(*args, self._forward)  # functorch's path, or its wrappers unwrapped first
+        return self._apply_c(*args, self._forward)
