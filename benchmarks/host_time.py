@@ -4,7 +4,8 @@
 
 Host time is what the Python thread spends issuing a call: ``--calls`` calls back to back with no sync, the
 wall time divided by the calls (the GPU runs each small kernel in a few µs, faster than the host issues them,
-so the launch queue never fills and the wall time is the host's). Median of 5 such batches, after warm-up.
+so the launch queue never fills and the wall time is the host's). Ours and torch's batches alternate, 9 rounds
+after warm-up: each side's median batch, and the median of the rounds' ratios (the host's drift cancels).
 Two modes: ``infer`` (no autograd graph) and ``train`` (inputs require grad: the autograd path). The issue's
 target: every op at most 1.5× its torch equivalent.
 """
@@ -41,6 +42,29 @@ def host_us(fn: Callable[[], object], calls: int, warmup: int = 20) -> float:
         batches.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
     return statistics.median(batches)
+
+
+def paired_host_us(ours: Callable[[], object], theirs: Callable[[], object], calls: int,
+                   rounds: int = 9) -> tuple[float, float, float]:
+    """``(ours µs, theirs µs, ratio)``: ``rounds`` rounds, each one batch of ``calls`` calls of ``ours`` then one
+    of ``theirs`` (as in :func:`host_us`); the µs are each side's median batch, the ratio the median of the
+    rounds' ratios. A lent machine's host drifts by tens of percent within a minute; a ratio of two batches
+    taken side by side cancels that, where two medians taken a minute apart did not."""
+    for fn in (ours, theirs):
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    mine, other = [], []
+    for _ in range(rounds):
+        for fn, out in ((ours, mine), (theirs, other)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return (statistics.median(mine), statistics.median(other),
+            statistics.median(m / o for m, o in zip(mine, other, strict=True)))
 
 
 def cases(train: bool, dev: str = "cuda") -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
@@ -127,14 +151,14 @@ def main() -> None:
         with torch.set_grad_enabled(mode == "train"):
             for name, (ours, theirs) in cases(mode == "train").items():
                 try:
-                    k_us, t_us = host_us(ours, args.calls), host_us(theirs, args.calls)
+                    k_us, t_us, ratio = paired_host_us(ours, theirs, args.calls)
                     replay.set_enabled(False)  # what the call costs without runtime.replay, for the record
                     try:
                         plain_us = host_us(ours, args.calls)
                     finally:
                         replay.set_enabled(True)
                     rows.append({"op": name, "mode": mode, "kernelworks_us": k_us, "torch_us": t_us,
-                                 "ratio": k_us / t_us, "kernelworks_without_replay_us": plain_us})
+                                 "ratio": ratio, "kernelworks_without_replay_us": plain_us})
                 except Exception as e:  # one op's failure must not hide the other numbers
                     rows.append({"op": name, "mode": mode, "error": f"{type(e).__name__}: {e}"[:200]})
     import triton

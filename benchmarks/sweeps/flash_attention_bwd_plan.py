@@ -25,8 +25,8 @@ from kernelworks.ops.attention import backward
 from kernelworks.ops.attention.api import flash_attention
 from kernelworks.runtime import replay
 
-# (KV_M, KV_N, Q_M, Q_N, num_warps of both passes, kv_stages, q_stages[, KV_DSPLIT]); each pass's best is read
-# off the per-kernel times (the plan takes the dK/dV and dQ passes' warps separately)
+# (KV_M, KV_N, Q_M, Q_N, num_warps of both passes, kv_stages, q_stages); each pass's best is read off the
+# per-kernel times (the plan takes the dK/dV and dQ passes' warps separately)
 VARIANTS = {
     64: [(64, 128, 128, 64, 8, 2, 2), (128, 128, 128, 64, 8, 2, 2), (64, 128, 128, 128, 8, 2, 2),
          (64, 128, 128, 64, 8, 3, 3), (64, 64, 64, 64, 4, 2, 2)],
@@ -35,11 +35,7 @@ VARIANTS = {
     # each variant pairs a dK/dV tiling with a dQ tiling: the per-kernel times judge the passes apart
     256: [(16, 64, 64, 32, 8, 2, 2), (32, 64, 64, 64, 8, 2, 2), (64, 64, 128, 64, 8, 2, 2),
           (32, 64, 128, 32, 8, 1, 2), (64, 64, 64, 64, 8, 1, 3), (32, 32, 64, 64, 4, 2, 1),
-          (64, 32, 128, 64, 4, 2, 3), (64, 128, 64, 128, 8, 1, 2), (16, 64, 32, 64, 4, 2, 2),
-          # the dK/dV pass split over the head dim (the sm_90 plan, its spill-free neighbours on sm_90 AOT),
-          # against the unsplit 32 × 32 tile at 4 warps it replaces (its dQ time is not the plan's: 4 warps)
-          (32, 32, 128, 32, 4, 2, 2), (32, 64, 128, 32, 8, 2, 2, 2), (32, 64, 128, 32, 8, 3, 2, 2),
-          (64, 64, 128, 32, 8, 2, 2, 2), (32, 64, 128, 32, 4, 3, 2, 2)],
+          (64, 32, 128, 64, 4, 2, 3), (64, 128, 64, 128, 8, 1, 2), (16, 64, 32, 64, 4, 2, 2)],
 }
 B, H, S = 4, 32, 4096
 
@@ -73,7 +69,7 @@ def _sweep_case(d: int, causal: bool, variants: list[tuple], records: list[dict]
     original = backward.bwd_plan
     for plan in variants:
         backward.bwd_plan = lambda hd, *_, _p=plan: backward.BwdPlan(
-            _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[4], _p[5], _p[6], *_p[7:])
+            _p[0], _p[1], _p[2], _p[3], max(16, hd), _p[4], _p[4], _p[5], _p[6])
         vname = "x".join(map(str, plan))
         try:
             fn = _grads_fn(flash_attention(q, k, v, causal=causal), (q, k, v), do)

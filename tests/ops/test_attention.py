@@ -287,11 +287,11 @@ BAD_TABLES = {
 }
 
 
-def _bad_table_inputs(name, hkv=1, d=16):
+def _bad_table_inputs(name, hkv=1):
     torch.manual_seed(40)
     cu_q, cu_k, max_q, max_k, _ = BAD_TABLES[name]
-    q = torch.randn(40, 2, d, device=DEVICE)
-    k, v = torch.randn(36, hkv, d, device=DEVICE), torch.randn(36, hkv, d, device=DEVICE)
+    q = torch.randn(40, 2, 16, device=DEVICE)
+    k, v = torch.randn(36, hkv, 16, device=DEVICE), torch.randn(36, hkv, 16, device=DEVICE)
     opts = dict(cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32, device=DEVICE),
                 cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32, device=DEVICE), max_seqlen_q=max_q,
                 max_seqlen_k=max_k)
@@ -304,23 +304,7 @@ def test_varlen_bad_tables_stay_in_bounds(monkeypatch, name, causal):
     """Validation off: whatever ``cu_seqlens`` / ``max_seqlen`` hold, forward and backward touch no memory
     outside their tensors, every row they cover matches the float64 answer for the table as the kernels
     bound it, and rows no sequence covers come back zero (lse -inf) with zero gradients."""
-    _check_bad_table(monkeypatch, name, causal)
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("name", ["max-seqlen-short", "decreasing-with-holes", "padded-tail"])
-def test_varlen_bad_tables_stay_in_bounds_with_head_dim_split(monkeypatch, name, causal):
-    """The same with the dK/dV pass split over the head dim (``KV_DSPLIT=2``, d 48: halves of 32 columns,
-    the second partly masked): a grid shorter than the sequences (programs loop over key blocks, stepping
-    over both halves' programs), uncovered rows, padding."""
-    from kernelworks.ops.attention import backward
-
-    with backward.forced_bwd_plan(KV_DSPLIT=2):
-        _check_bad_table(monkeypatch, name, causal, d=48)
-
-
-def _check_bad_table(monkeypatch, name, causal, d=16):
-    q, k, v, opts = _bad_table_inputs(name, hkv=1 if causal else 2, d=d)  # group 2: dK/dV through fp32 shares
+    q, k, v, opts = _bad_table_inputs(name, hkv=1 if causal else 2)  # group 2: dK/dV through fp32 shares
     guard = Guarded().patch(monkeypatch)
     q, k, v = (guard.input(t) for t in (q, k, v))
     go = torch.randn(q.shape, device=DEVICE)
@@ -595,13 +579,11 @@ DKDV_SPILL_BOUND = 0 if TRITON < (3, 8) else 112
 spills 112 B at d 128 causal (kw inspect, 255 registers; its speed on a GPU is not yet measured)."""
 
 
-@pytest.mark.parametrize("name", ["b4-h32-s4k-d128-causal", "b4-h32-s4k-d64", "b4-hq32-hkv8-s4k-d128-causal",
-                                  "b2-hq8-hkv4-s4k-d256-causal"])
+@pytest.mark.parametrize("name", ["b4-h32-s4k-d128-causal", "b4-h32-s4k-d64", "b4-hq32-hkv8-s4k-d128-causal"])
 def test_sm90_compile_no_spills_wgmma(name):
     """The Hopper plans compile for sm_90 with no spills, and every flash kernel with a dot uses wgmma
-    (GQA included: one query head per dK/dV program; d 256: the dK/dV pass split over the head dim). Known
-    and measured with: the 4-warp dK/dV pass spills 8 B/thread non-causal at d 128 and 88 B in the varlen
-    specialisation."""
+    (GQA included: one query head per dK/dV program). Known and measured with: the 4-warp dK/dV pass
+    spills 8 B/thread non-causal at d 128 and 88 B in the varlen specialisation."""
     from kernelworks.inspect import inspect_op
 
     reports = inspect_op(FLASH_ATTENTION_SPEC, name, "sm_90", modes=("fwd", "bwd"))
@@ -717,113 +699,3 @@ def test_unequal_tiles(monkeypatch, tiles, opts):
     sk = opts.pop("sk", 45)
     q, k, v = _qkv(1, 45, sk, 2, 1, 16, F32)
     _assert_close_to_reference(q, k, v, **opts)
-
-
-# ------------------------------------------------------------- the dK/dV pass split over the head dim (d > 128)
-
-SPLIT_CASES = {
-    "d256-causal-gqa2": dict(b=1, sq=33, sk=33, hq=4, hkv=2, d=256, causal=True),
-    "d256-causal-sq17-sk40-n32": dict(b=1, sq=17, sk=40, hq=2, hkv=1, d=256, causal=True, tiles=(16, 32)),
-    "d256-varlen-causal-gqa2": dict(lens=[(17, 17), (0, 0), (9, 12), (1, 3)], hq=2, hkv=1, d=256, causal=True),
-    "d192-window-softcap": dict(b=1, sq=33, sk=33, hq=2, hkv=1, d=192, window=(6, 3), softcap=2.0, scale=2.0),
-    "d160-full-lse-grad": dict(b=2, sq=17, sk=17, hq=2, hkv=2, d=160, with_lse_grad=True),
-    "d256-window-right-only": dict(b=1, sq=33, sk=33, hq=2, hkv=2, d=256, window=(-1, 4)),
-}
-
-
-def _split_inputs(c, dtype):
-    """``(q, k, v, options)`` of a SPLIT_CASES entry (packed for ``lens``)."""
-    c = dict(c)
-    if "lens" in c:
-        lens = c.pop("lens")
-        lq, lk = [a for a, _ in lens], [b for _, b in lens]
-        q, k, v = _qkv(1, sum(lq), sum(lk), c.pop("hq"), c.pop("hkv"), c.pop("d"), dtype)
-        q, k, v = q[0], k[0], v[0]
-        cu_q, cu_k = ([0, *itertools.accumulate(n)] for n in (lq, lk))
-        c.update(cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32, device=DEVICE),
-                 cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32, device=DEVICE), max_seqlen_q=max(lq),
-                 max_seqlen_k=max(lk))
-    else:
-        q, k, v = _qkv(c.pop("b"), c.pop("sq"), c.pop("sk"), c.pop("hq"), c.pop("hkv"), c.pop("d"), dtype,
-                       scale=c.pop("scale", 1.0))
-    return q, k, v, c
-
-
-@pytest.mark.parametrize("name,dtype", [pytest.param(n, F32, id=f"{n}-fp32") for n in SPLIT_CASES]
-                         + [pytest.param("d256-causal-gqa2", F16, id="d256-causal-gqa2-fp16")])
-def test_dkdv_head_dim_split_matches_float64(monkeypatch, name, dtype):
-    """``KV_DSPLIT=2`` (the sm_90 plan past d 128: two programs a key block, each accumulating half of dK and
-    dV's columns) forced under the interpreter: gradients within the rule against float64 across causal,
-    GQA, varlen, windows, softcap, dlse and head dims that are not a power of two (192, 160: the second
-    half partly masked), and the launch really split (twice the programs, DSPLIT=2)."""
-    from kernelworks.ops.attention import backward
-
-    seen = []
-    real = backward.launch
-
-    def spy(kernel, grid, *args, **kw):
-        seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel), grid, kw))
-        return real(kernel, grid, *args, **kw)
-
-    monkeypatch.setattr(backward, "launch", spy)
-    torch.manual_seed(31)
-    c = dict(SPLIT_CASES[name])
-    kv_m, kv_n = c.pop("tiles", (16, 16))
-    q, k, v, opts = _split_inputs(c, dtype)
-    with backward.forced_bwd_plan(KV_DSPLIT=2, KV_M=kv_m, KV_N=kv_n):
-        _assert_close_to_reference(q, k, v, **opts)
-    dkdv = [(grid, kw) for fn, grid, kw in seen if "dkdv" in fn]
-    assert dkdv and all(kw["DSPLIT"] == 2 and kw["BLOCK_N"] == kv_n for _, kw in dkdv), dkdv
-    sk = opts["max_seqlen_k"] if "max_seqlen_k" in opts else k.shape[1]
-    assert all(grid[0] == 2 * max(-(-sk // kv_n), 1) for grid, _ in dkdv), dkdv
-
-
-def test_dkdv_head_dim_split_equals_the_unsplit_pass():
-    """The split changes which program accumulates which columns, not the math: dK and dV from KV_DSPLIT 1
-    and 2 agree to fp32 rounding (the scores' two halves are summed in another order), dQ is the same pass."""
-    from kernelworks.ops.attention import backward
-
-    torch.manual_seed(32)
-    q, k, v = _qkv(1, 33, 33, 4, 2, 256, F32)
-    go = torch.randn(q.shape, device=DEVICE)
-    got = {}
-    for split in (1, 2):
-        with backward.forced_bwd_plan(KV_DSPLIT=split):
-            got[split] = _fwd_bwd(flash_attention, q, k, v, go, causal=True, softcap=3.0)[2:]
-    for name, a, b in zip(("dq", "dk", "dv"), got[1], got[2]):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5, msg=name)
-
-
-def test_dkdv_split_bad_values_are_refused(monkeypatch):
-    """``KV_DSPLIT`` outside (1, 2) is refused as the plan is forced; a split whose halves would be narrower
-    than a dot's 16 columns (head dim 16) at launch, as is a whole plan carrying a bad split."""
-    from kernelworks.ops.attention import backward
-
-    for bad in (0, 3, 4):
-        with pytest.raises(ValueError, match="KV_DSPLIT"), backward.forced_bwd_plan(KV_DSPLIT=bad):
-            pass
-    q, k, v = (t.requires_grad_(True) for t in _qkv(1, 8, 8, 1, 1, 16, F32))
-    o = flash_attention(q, k, v)
-    with backward.forced_bwd_plan(KV_DSPLIT=2), pytest.raises(ValueError, match="KV_DSPLIT 2 does not fit"):
-        o.sum().backward()
-    monkeypatch.setattr(backward, "bwd_plan", lambda d, *_: backward.BwdPlan(16, 16, 16, 16, 256, 1, 1, 1, 1, 3))
-    q, k, v = (t.requires_grad_(True) for t in _qkv(1, 8, 8, 1, 1, 256, F32))
-    with pytest.raises(ValueError, match="KV_DSPLIT 3"):
-        flash_attention(q, k, v).sum().backward()
-
-
-def test_bwd_plan_splits_the_head_dim_on_hopper_past_128():
-    """sm_90 past d 128: 64-key dK/dV tiles split over the head dim (wgmma-sized, spill-free); elsewhere and
-    at d ≤ 128 no split. Every backward config names the split, and splits only 64- and 128-key tiles."""
-    from kernelworks.ops.attention import backward
-
-    for d in (256, 192, 160):
-        plan = backward.bwd_plan(d, False, (9, 0))
-        assert (plan.KV_DSPLIT, plan.KV_N, plan.BLOCK_D) == (2, 64, 256), plan
-        assert backward.bwd_plan(d, False, (8, 0)).KV_DSPLIT == 1
-    assert backward.bwd_plan(128, False, (9, 0)).KV_DSPLIT == 1
-    assert backward.bwd_plan(256, True, (9, 0)).KV_DSPLIT == 1
-    assert all(c["KV_DSPLIT"] in backward.KV_DSPLITS for c in backward.BWD_CONFIGS)
-    assert all(c["KV_N"] >= 64 for c in backward.BWD_CONFIGS if c["KV_DSPLIT"] == 2)
-    sm90_d256 = backward.bwd_plan(256, False, (9, 0))
-    assert {k: getattr(sm90_d256, k) for k in backward.BWD_CONFIGS[0]} in backward.BWD_CONFIGS

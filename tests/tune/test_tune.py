@@ -335,8 +335,8 @@ def test_the_attention_backward_hook_forces_its_plan_and_stays_right(monkeypatch
     from kernelworks.spec import registry
 
     spec = registry()["flash_attention"]
-    config = {"KV_N": 32, "KV_M": 16, "kv_warps": 1, "kv_stages": 1, "KV_DSPLIT": 1, "Q_M": 32, "Q_N": 16,
-              "q_warps": 1, "q_stages": 1}
+    config = {"KV_N": 32, "KV_M": 16, "kv_warps": 1, "kv_stages": 1, "Q_M": 32, "Q_N": 16, "q_warps": 1,
+              "q_stages": 1}
     assert set(config) == set(spec.bwd_configs[0])  # the space's knobs, at sizes the interpreter runs quickly
     seen = _launched(monkeypatch, backward)
     case = next(c for c in spec.check_cases if "gpu" not in c.tags and c.get("causal"))

@@ -18,9 +18,7 @@ The cost of determinism: QKᵀ and dO Vᵀ are computed twice (once per pass): 4
 the dK/dV pass (Qᵀ-side scores, dV, dPᵀ, dK) + 3 in the dQ pass (scores, dP, dQ), against 5 for a single
 pass accumulating dQ with atomics (flash-attn 2's default). So 7/5 of the matmul work of the atomic
 variant, and no fp32 dQ scratch; grouped heads add fp32 dK/dV shares (``2 · Hq · Sk · D`` floats a batch
-row) summed over the group in a fixed order. Past head dim 128 on Hopper the dK/dV pass is split over the
-head dim (:attr:`BwdPlan.KV_DSPLIT`): 6 instead of 4 matmuls there (9/5 of the atomic variant's in all),
-the price of wgmma-sized key tiles whose dK and dV fit the registers.
+row) summed over the group in a fixed order.
 """
 
 from __future__ import annotations
@@ -104,20 +102,14 @@ def _attn_bwd_delta_kernel(p_o, p_do, p_dlse, p_delta, p_cuq, stride_ob, stride_
 
 
 @triton.jit
-def _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_q, p_do, p_l, p_delta, stride_qs, stride_dos, o_n, o_d, m_d,
-                o_dr, m_dr, lo, hi, len_q, off, left, right, qk_scale, softcap_log2,
+def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, stride_qs, stride_dos, o_n, o_d, m_d,
+                lo, hi, len_q, off, left, right, qk_scale, softcap_log2,
                 MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                 EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr):
     """Accumulate one query head's contribution over query blocks ``[lo, hi)`` into ``dK`` (unscaled) and
-    ``dV``, both ``[BLOCK_N, BLOCK_DS]`` fp32: the head-dim columns ``o_d`` (the program's slice; all of D
-    without a split). Works on transposed scores ``sᵀ [BLOCK_N, BLOCK_M]`` so every product has the KV
-    block (a multiple of 64 rows on Hopper) as its M dimension. Query rows past ``len_q`` load as 0 with
-    lse₂ = +inf (P = 0): only the band needs a mask (MASK).
-
-    Head-dim split (``b_kr`` not None): ``b_k``, ``b_v`` hold the slice's columns of K and V, ``b_kr``,
-    ``b_vr`` the other half's (columns ``o_dr``); ``sᵀ = K Qᵀ`` and ``dPᵀ = V dOᵀ`` add both halves' products,
-    ``dV += Pᵀ dO`` and ``dK += dSᵀ Q`` take the slice's. Q and dO are loaded in the same two halves, so the
-    split reads no byte twice within a program."""
+    ``dV``, both ``[BLOCK_N, BLOCK_D]`` fp32. Works on transposed scores ``sᵀ [BLOCK_N, BLOCK_M]`` so
+    every product has the KV block (a multiple of 64 rows on Hopper) as its M dimension. Query rows past
+    ``len_q`` load as 0 with lse₂ = +inf (P = 0): only the band needs a mask (MASK)."""
     o_mb = tl.arange(0, BLOCK_M)
     for m in range(lo, hi, BLOCK_M):
         o_m = m + o_mb
@@ -128,12 +120,7 @@ def _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_q, p_do, p_l, p_delta, strid
         b_do = tl.load(p_do + o_m64 * stride_dos + o_d[None, :], mask=m_t, other=0.0)
         b_lse2 = _load_lse2(p_l, o_m, m_m)
         b_delta = tl.load(p_delta + o_m, mask=m_m, other=0.0)
-        b_st = tl.dot(b_k, tl.trans(b_q), input_precision=DOT_PREC)
-        if b_kr is not None:
-            m_tr = tile_mask(m_m, m_dr, EVEN_D)
-            b_qr = tl.load(p_q + o_m64 * stride_qs + o_dr[None, :], mask=m_tr, other=0.0)
-            b_st = tl.dot(b_kr, tl.trans(b_qr), b_st, input_precision=DOT_PREC)
-        b_st, b_t = scores(b_st, qk_scale, softcap_log2, SOFTCAP)
+        b_st, b_t = scores(tl.dot(b_k, tl.trans(b_q), input_precision=DOT_PREC), qk_scale, softcap_log2, SOFTCAP)
         b_pt = tl.exp2(b_st - b_lse2[None, :])
         if MASK:
             # visibility of key n to query m, transposed: the band rule of forward.band_mask with the
@@ -142,9 +129,6 @@ def _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_q, p_do, p_l, p_delta, strid
             b_pt = tl.where(m_s, b_pt, 0.0)
         b_dv += tl.dot(b_pt.to(b_do.dtype), b_do, input_precision=DOT_PREC)
         b_dpt = tl.dot(b_v, tl.trans(b_do), input_precision=DOT_PREC)
-        if b_kr is not None:
-            b_dor = tl.load(p_do + o_m64 * stride_dos + o_dr[None, :], mask=m_tr, other=0.0)
-            b_dpt = tl.dot(b_vr, tl.trans(b_dor), b_dpt, input_precision=DOT_PREC)
         b_dst = b_pt * (b_dpt - b_delta[None, :])
         if SOFTCAP:
             b_dst = b_dst * (1.0 - b_t * b_t)
@@ -154,51 +138,40 @@ def _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_q, p_do, p_l, p_delta, strid
 
 @triton.jit
 def _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h, i_hk,
-                i_s, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
                 stride_dks, stride_dkh, n0, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2, left, right,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DSPLIT: tl.constexpr,
-                DOT_PREC: tl.constexpr):
-    """dK/dV shares of keys ``[n0, n0 + BLOCK_N)`` of one (sequence, query head ``i_h``), head-dim columns
-    ``[i_s · BLOCK_D / DSPLIT, (i_s + 1) · BLOCK_D / DSPLIT)`` (DSPLIT 1 or 2): ``*_off`` locate the sequence's
-    first row in each tensor, ``o_l`` in lse and Δ. The head pointers are formed here, in this order, on
-    purpose: formed by the caller and held across the loops, they doubled the sm_90 spill of this
-    255-register kernel."""
-    BLOCK_DS: tl.constexpr = BLOCK_D // DSPLIT
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
+    """dK/dV shares of keys ``[n0, n0 + BLOCK_N)`` of one (sequence, query head ``i_h``): ``*_off`` locate
+    the sequence's first row in each tensor, ``o_l`` in lse and Δ. The head pointers are formed here, in
+    this order, on purpose: formed by the caller and held across the loops, they doubled the sm_90 spill
+    of this 255-register kernel."""
     off = len_k - len_q
     o_n = n0 + tl.arange(0, BLOCK_N)
-    o_d = i_s * BLOCK_DS + tl.arange(0, BLOCK_DS)
+    o_d = tl.arange(0, BLOCK_D)
     m_d = o_d < head_dim
     m_t = tile_mask(o_n < len_k, m_d, EVEN_D)
     o_n64 = o_n[:, None].to(tl.int64)
-    p_kh = p_k + k_off + i_hk.to(tl.int64) * stride_kh + o_n64 * stride_ks
-    p_vh = p_v + v_off + i_hk.to(tl.int64) * stride_vh + o_n64 * stride_vs
-    b_k = tl.load(p_kh + o_d[None, :], mask=m_t, other=0.0)
-    b_v = tl.load(p_vh + o_d[None, :], mask=m_t, other=0.0)
-    if DSPLIT == 2:  # the other half of K and V: the score products need all of D
-        o_dr = (1 - i_s) * BLOCK_DS + tl.arange(0, BLOCK_DS)
-        m_dr = o_dr < head_dim
-        m_tr = tile_mask(o_n < len_k, m_dr, EVEN_D)
-        b_kr = tl.load(p_kh + o_dr[None, :], mask=m_tr, other=0.0)
-        b_vr = tl.load(p_vh + o_dr[None, :], mask=m_tr, other=0.0)
-    else:
-        o_dr, m_dr, b_kr, b_vr = o_d, m_d, None, None
-    b_dk = tl.zeros([BLOCK_N, BLOCK_DS], dtype=tl.float32)
-    b_dv = tl.zeros([BLOCK_N, BLOCK_DS], dtype=tl.float32)
+    b_k = tl.load(p_k + k_off + i_hk.to(tl.int64) * stride_kh + o_n64 * stride_ks + o_d[None, :], mask=m_t,
+                  other=0.0)
+    b_v = tl.load(p_v + v_off + i_hk.to(tl.int64) * stride_vh + o_n64 * stride_vs + o_d[None, :], mask=m_t,
+                  other=0.0)
+    b_dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    b_dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     # query i sees key j iff i + off − left ≤ j ≤ i + off + right, i.e. j − off − right ≤ i ≤ j − off + left
     lo, a, b, hi = band(n0, BLOCK_N, BLOCK_M, -off, len_q, right, left, HAS_RIGHT, HAS_LEFT, False)
     p_qh = p_q + q_off + i_h.to(tl.int64) * stride_qh
     p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
     p_lh = p_lse + o_l
     p_dh = p_delta + o_l
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n,
-                             o_d, m_d, o_dr, m_dr, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
                              True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n,
-                             o_d, m_d, o_dr, m_dr, a, b, len_q, off, left, right, qk_scale, softcap_log2,
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2,
                              False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, b_kr, b_vr, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n,
-                             o_d, m_d, o_dr, m_dr, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
                              True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
     o_out = dk_off + i_h.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
     tl.store(p_dk + o_out, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
@@ -215,23 +188,16 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
                           left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
                           HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-                          DSPLIT: tl.constexpr, DOT_PREC: tl.constexpr):
+                          DOT_PREC: tl.constexpr):
     """Query head h's share of the KV gradients: ``dV_h[b, j] = Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK_h[b, j] =
     scale · Σ_i dS'[b,h,i,j] Q[b,i,h]`` for KV head ``h // group``. Shapes as the forward's; dk, dv ``[B,
     Sk, Hq, D]`` (the fp32 shares, summed over each group by the launcher; with group 1 they are the
-    gradients, in k's dtype), both with dk's strides. Grid ``(DSPLIT · cdiv(max_seqlen_k, BLOCK_N), B · Hq)``
+    gradients, in k's dtype), both with dk's strides. Grid ``(cdiv(max_seqlen_k, BLOCK_N), B · Hq)``
     (varlen: programs loop over the blocks past the grid; key rows no sequence covers get zero dk, dv).
-
-    DSPLIT 2 (head dims past 128): the two programs of a key block (neighbours on grid axis 0, so their Q and
-    dO reads meet in L2) each own half of the head dim's columns of dK and dV. Each still computes the whole
-    ``K Qᵀ`` and ``V dOᵀ``: 6 products of ``BLOCK_N · BLOCK_M · D/2`` a step per program (both halves of
-    those two, its own half of ``Pᵀ dO`` and ``dSᵀ Q``), 1.5× the pass's tensor work over the pair, so that
-    64-key tiles keep their accumulators at 2 × 64 × 128 fp32 and run on wgmma.
 
     One query head per program rather than a loop over the group inside: that loop around the band loops
     spilled at 64-row query steps on sm_90 and forced 16-row steps, 0.82× SDPA-flash on GQA 4:1."""
-    i_p = tl.program_id(0) // DSPLIT
-    i_s = tl.program_id(0) % DSPLIT
+    i_p = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // n_heads
     i_h = i_bh % n_heads
@@ -250,17 +216,17 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq
     _, dk_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_dkb, stride_dks, IS_VARLEN)
     o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
     if IS_VARLEN:
-        for i_n in range(i_p, tl.cdiv(len_k, BLOCK_N), tl.num_programs(0) // DSPLIT):
+        for i_n in range(i_p, tl.cdiv(len_k, BLOCK_N), tl.num_programs(0)):
             _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
-                        i_hk, i_s, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos,
-                        stride_doh, stride_dks, stride_dkh, i_n * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale,
+                        i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                        stride_dks, stride_dkh, i_n * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale,
                         softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
-                        DSPLIT, DOT_PREC)
+                        DOT_PREC)
     else:
         _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
-                    i_hk, i_s, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                    i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
                     stride_dks, stride_dkh, i_p * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2,
-                    left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DSPLIT, DOT_PREC)
+                    left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC)
 
 
 @triton.jit
@@ -387,9 +353,6 @@ class BwdPlan:
     q_warps: int
     kv_stages: int
     q_stages: int
-    KV_DSPLIT: int = 1
-    """Programs per key block of the dK/dV pass, each owning ``BLOCK_D / KV_DSPLIT`` columns of dK and dV: 1,
-    or 2 where each half is at least 16 wide (``BLOCK_D`` ≥ 32)."""
 
 
 @cached_plan
@@ -407,13 +370,7 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
       3067 for the 64 × 16 steps at 8 warps before, 1874 for 64 × 32; dQ 128 × 32 at 8 warps, 2 stages — 606 µs
       causal against 1288 for 64 × 32. On the GQA 8:4 causal case the backward went 4411 → 2074 µs (SDPA flash
       1654; ``gaps/flash_attention-d256-bwd-plan.json``). Every variant with 64-row dK/dV steps asked for 256–320
-      KiB of shared memory (the H100 has 227). That is the plan off Hopper.
-    - d > 128 on Hopper: the dK/dV pass split over the head dim (``KV_DSPLIT`` 2: two programs a key block,
-      each accumulating 128 columns of dK and dV), 64 keys × 32 query rows, 8 warps, 2 stages — chosen from
-      the sm_90 compile alone (no GPU time yet; ``docs/notes/attention.md``, d 256): wgmma on every product,
-      0 spill in each specialisation compiled (causal, full, softcap + window, varlen, d 192) at 187–249
-      registers, 128 KiB shared; 64 × 64 at 8 warps also fits (255 registers, 193 KiB) but spills 8 B at
-      d 192, and at 4 warps only 64 × 32 with 3 stages is spill-free, and only causal / full.
+      KiB of shared memory (the H100 has 227).
     - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
       0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
@@ -423,8 +380,6 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
         return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
     if block_d <= 128:
         return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
-    if capability is not None and capability[0] == 9:  # Hopper: wgmma wants 64-key tiles
-        return BwdPlan(32, 64, 128, 32, block_d, 8, 8, 2, 2, KV_DSPLIT=2)
     return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 2)
 
 
@@ -433,42 +388,24 @@ _FORCED_BWD: ForcedPlan[dict] = ForcedPlan(
     "forced_bwd_plan", knobs=tuple(f.name for f in fields(BwdPlan) if f.name != "BLOCK_D"))
 
 
-KV_DSPLITS = (1, 2)
-"""The head-dim splits the dK/dV pass has (:attr:`BwdPlan.KV_DSPLIT`)."""
-
-
 def forced_bwd_plan(**knobs: int) -> AbstractContextManager[None]:
     """Within the block, backward launches take these :class:`BwdPlan` knobs (``KV_M``, ``KV_N``, ``Q_M``,
-    ``Q_N``, ``kv_warps``, ``q_warps``, ``kv_stages``, ``q_stages``, ``KV_DSPLIT``) over :func:`bwd_plan`'s
-    choice (``kw tune flash_attention --mode bwd``, sweeps, tests); another knob, or a ``KV_DSPLIT`` not in
-    :data:`KV_DSPLITS`, raises ``ValueError``; a split the head dim is too narrow for raises it at launch."""
-    if knobs.get("KV_DSPLIT", 1) not in KV_DSPLITS:
-        raise ValueError(f"forced_bwd_plan: KV_DSPLIT must be one of {KV_DSPLITS}, got {knobs['KV_DSPLIT']!r}")
+    ``Q_N``, ``kv_warps``, ``q_warps``, ``kv_stages``, ``q_stages``) over :func:`bwd_plan`'s choice
+    (``kw tune flash_attention --mode bwd``, sweeps, tests); another knob raises ``ValueError``."""
     return _FORCED_BWD.forced(dict(knobs))
 
 
-def _check_split(plan: BwdPlan) -> None:
-    """Each program of the dK/dV pass owns ``BLOCK_D / KV_DSPLIT`` columns: a tl.dot operand, so ≥ 16."""
-    if plan.KV_DSPLIT not in KV_DSPLITS or plan.BLOCK_D // plan.KV_DSPLIT < 16:
-        raise ValueError(f"flash_attention backward: KV_DSPLIT {plan.KV_DSPLIT} does not fit head-dim block "
-                         f"{plan.BLOCK_D} (one of {KV_DSPLITS}, with BLOCK_D / KV_DSPLIT ≥ 16)")
-
-
 BWD_CONFIGS: list[dict[str, int]] = [
-    {"KV_N": kv_n, "KV_M": kv_m, "kv_warps": kv_w, "kv_stages": kv_st, "KV_DSPLIT": split,
+    {"KV_N": kv_n, "KV_M": kv_m, "kv_warps": kv_w, "kv_stages": kv_st,
      "Q_M": q_m, "Q_N": q_n, "q_warps": q_w, "q_stages": q_st}
-    for split in KV_DSPLITS for kv_n in (32, 64, 128) if split == 1 or kv_n >= 64
-    for kv_m in (16, 32, 64) for kv_w in (4, 8) for kv_st in (1, 2)
+    for kv_n in (32, 64, 128) for kv_m in (16, 32, 64) for kv_w in (4, 8) for kv_st in (1, 2)
     for q_m in (64, 128) for q_n in (32, 64) for q_w in (4, 8) for q_st in (1, 2, 3)
 ]
 """``kw tune flash_attention --mode bwd``'s space: the dK/dV pass's tiles (keys per program × query rows a
-step), warps, stages and head-dim split, times the dQ pass's (query rows per program × keys a step) — 864
-configs without a split, 576 with (64 and 128 keys only: the split exists to put wgmma-sized key tiles in the
-registers; at 32 keys the full-width accumulators already fit), which the pattern search walks one knob at a
-time (the two passes' knobs are independent, so it converges on each pass's best as the session-14 sweep did
-by hand). Every config names ``KV_DSPLIT``, so the default plan's split never leaks into one. Tiles past the
-GPU's shared memory or spilling are turned away by the compile gate; a split on a head dim of 16 (halves
-narrower than a dot's 16) raises at launch and is recorded so."""
+step), warps and stages, times the dQ pass's (query rows per program × keys a step) — 864 configs, which the
+pattern search walks one knob at a time (the two passes' knobs are independent, so it converges on each pass's
+best as the session-14 sweep did by hand). Tiles past the GPU's shared memory or spilling are turned away by
+the compile gate."""
 
 
 def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
@@ -498,7 +435,6 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
     if dlse is not None:
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
     plan = _FORCED_BWD.apply(bwd_plan(d, q.dtype == torch.float32, gpu_capability()))
-    _check_split(plan)
     group = hq // hkv
     dq = empty(q.shape, dtype=q_dtype, device=q.device)
     # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),
@@ -526,11 +462,10 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
            dlse if dlse is not None else delta, delta, cuq, *os_, *dos, *ls, cus[0], cus[2], sq, hq, d,
            num_warps=4 if plan.q_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
            BLOCK_M=delta_m, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
-    # KV_DSPLIT programs per key block (each a slice of dK and dV's head dim), neighbours on axis 0
-    launch(_attn_bwd_dkdv_kernel, (max(cdiv(sk, plan.KV_N), n_k) * plan.KV_DSPLIT, batch * hq), q, k, v, do, lse,
-           delta, dk, dv, cuq, cuk, *qs, *ks, *vs, *dos, *dks, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale,
-           softcap_log2, left, right, num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M,
-           BLOCK_N=plan.KV_N, DSPLIT=plan.KV_DSPLIT, **common)
+    launch(_attn_bwd_dkdv_kernel, (max(cdiv(sk, plan.KV_N), n_k), batch * hq), q, k, v, do, lse, delta, dk, dv,
+           cuq, cuk, *qs, *ks, *vs, *dos, *dks, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2,
+           left, right, num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N,
+           **common)
     launch(_attn_bwd_dq_kernel, (max(cdiv(sq, plan.Q_M), n_q), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
            *qs, *ks, *vs, *dos, *dqs, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
            num_warps=plan.q_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
