@@ -2,12 +2,15 @@
 of one model variant, against the step's GPU time, and the host time of each kernelworks autograd node.
 
     python benchmarks/e2e/host_phases.py --model llama-small --variant kw-eager [--steps 20] [--out R.json]
+        [--nodes] [--cprofile F.txt] [--optimizer fused|foreach]
 
 Per step (median over ``--steps`` after ``--warmup``): ``forward_ms`` (host time until the forward returns),
 ``backward_ms`` (until ``loss.backward()`` returns), ``optimizer_ms``, and ``gpu_ms`` (CUDA events around the whole
 step, after a synchronize: the device's time for the step's work). With ``--nodes``, every ``backward`` of a
 kernelworks ``autograd.Function`` and every public op's forward call is also timed on the host (summed per name
-per step), so a slow node shows by name. Random weights (the e2e shapes), the same data every step.
+per step), so a slow node shows by name. ``--cprofile F.txt`` runs ``--steps`` more steps under cProfile and
+writes the functions that take the host's time, by own time and by cumulative time (what the model code, torch
+and kernelworks each cost per step). Random weights (the e2e shapes), the same data every step.
 """
 
 from __future__ import annotations
@@ -57,6 +60,30 @@ def _time_nodes(totals: collections.Counter) -> None:
         setattr(kernelworks, name, timed(f"kw.{name}", getattr(kernelworks, name)))
 
 
+def _profile_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor, steps: int,
+                   out: Path) -> None:
+    """``steps`` training steps under cProfile: the top functions by own time and by cumulative time, per step."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    text.write(f"cProfile of {steps} training steps (times are totals over the steps)\n")
+    stats = pstats.Stats(prof, stream=text)
+    stats.sort_stats("tottime").print_stats(60)
+    stats.sort_stats("cumulative").print_stats(60)
+    out.write_text(text.getvalue())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), default="llama-small")
@@ -66,6 +93,8 @@ def main() -> None:
     ap.add_argument("--nodes", action="store_true")
     ap.add_argument("--no-replay", action="store_true", help="kernelworks.runtime.replay off (the comparison)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--cprofile", type=Path, metavar="F.txt", help="also profile --steps steps with cProfile")
+    ap.add_argument("--optimizer", choices=("fused", "foreach"), default="foreach")
     args = ap.parse_args()
     if args.no_replay:
         from kernelworks.runtime import replay
@@ -74,7 +103,7 @@ def main() -> None:
     spec = MODELS[args.model]
     torch.manual_seed(0)
     model = _apply_variant(build(spec, device="cuda"), spec["family"], args.variant)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, foreach=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, **{args.optimizer: True})
     ids = _batch(spec, spec["config"]["vocab_size"], torch.device("cuda"))
     totals: collections.Counter = collections.Counter()
     if args.nodes:
@@ -103,6 +132,8 @@ def main() -> None:
                 phases[key].append(value * 1e3)
             phases["gpu_ms"].append(start.elapsed_time(end))
             per_step_nodes.append(collections.Counter(totals))
+    if args.cprofile:
+        _profile_steps(model, opt, ids, args.steps, args.cprofile)
     from run import _environment
 
     result = {"environment": _environment(), "model": args.model, "variant": args.variant,
