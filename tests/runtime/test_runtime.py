@@ -111,3 +111,35 @@ def test_plans_are_keyed_on_where_kernels_run():
         planned = [p() for p in plans]
     for i, (a, b) in enumerate(zip(interpreted, planned)):
         assert a != b, f"plan {i} is the same under the interpreter and for a GPU"
+
+
+def test_a_backward_on_its_own_thread_sees_the_callers_plans(monkeypatch):
+    """Autograd runs a GPU graph's backward on a thread of its own, where the caller's ContextVars (forced
+    plans, plan observers: ``kw tune --mode bwd``) are unset. A TorchOp's backward runs in the caller's
+    context, which torch stashes for that thread; here a worker thread with an empty context stands in for it."""
+    import contextvars
+    import threading
+
+    import kernelworks as kw
+    from kernelworks.runtime import compat, plans
+
+    q, k, v = (torch.randn(1, 16, 2, 16, device=default_device(), requires_grad=True) for _ in range(3))
+    errors: list[BaseException] = []
+
+    def backward_elsewhere(out: torch.Tensor) -> None:
+        try:
+            out.sum().backward()
+        except BaseException as e:  # reported by the test's thread
+            errors.append(e)
+
+    with plans.observed() as seen:
+        out = kw.flash_attention(q, k, v, causal=True)
+        forward_plans = len(seen)
+        caller = contextvars.copy_context()  # what torch.autograd.backward stashes for its device threads
+        monkeypatch.setattr(compat, "backward_caller_context", lambda: caller)
+        worker = threading.Thread(target=backward_elsewhere, args=(out,))
+        worker.start()
+        worker.join()
+    assert not errors
+    assert q.grad is not None
+    assert len(seen) > forward_plans  # the backward's plan choice reached the caller's observer

@@ -9,6 +9,8 @@ from contextvars import ContextVar
 
 import torch
 
+from kernelworks.runtime import context
+
 _POISON: ContextVar[bool] = ContextVar("kernelworks_poison_outputs", default=False)
 
 
@@ -17,7 +19,8 @@ def poison_outputs(enabled: bool = True) -> Iterator[None]:
     """Within this block, :func:`empty` and :func:`empty_like` return NaN-filled (int: -1-filled) tensors."""
     token = _POISON.set(enabled)
     try:
-        yield
+        with context.scope():  # the backward's allocations too, on autograd's own thread
+            yield
     finally:
         _POISON.reset(token)
 

@@ -13,11 +13,13 @@ release lives in :mod:`kernelworks.runtime.launch`.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
 
+import torch
 import triton
 import triton.language as tl
 
@@ -178,3 +180,20 @@ def prepare_runtime() -> None:
     check_versions(interpreter=interpreter)
     if interpreter:
         patch_interpreter()
+
+
+_tls_key = getattr(torch._C, "_is_key_in_tls", None)
+_tls_obj = getattr(torch._C, "_get_obj_in_tls", None)
+
+
+def backward_caller_context() -> contextvars.Context | None:
+    """The context (``contextvars``) of the thread that started the backward pass now running, or None.
+
+    Autograd runs a CUDA graph's backward on its own thread per device, where the caller's ``ContextVar`` s are
+    unset. ``torch.autograd.backward`` stashes a copy of the caller's context in the thread-local state it
+    hands that thread (torch ≥ 2.5; torch's own compiled backward runs in it); None where this torch has no
+    such stash or no backward is running."""
+    if _tls_key is None or _tls_obj is None or not _tls_key("context"):
+        return None
+    ctx = _tls_obj("context")
+    return ctx if isinstance(ctx, contextvars.Context) else None

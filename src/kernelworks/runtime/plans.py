@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
-from kernelworks.runtime import replay
+from kernelworks.runtime import context, replay
 
 _P = TypeVar("_P")
 _observed: ContextVar[list[dict[str, Any]] | None] = ContextVar("kernelworks_observed_plans", default=None)
@@ -24,7 +24,8 @@ def observed() -> Iterator[list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
     token = _observed.set(seen)
     try:
-        yield seen
+        with context.scope():
+            yield seen
     finally:
         _observed.reset(token)
 
@@ -71,7 +72,7 @@ class ForcedPlan(Generic[_P]):
                 raise ValueError(f"{self._op}: unknown knobs {sorted(bad)}; expected some of {self._knobs}")
         token = self._plan.set(plan)
         try:
-            with replay.paused():
+            with replay.paused(), context.scope():
                 yield
         finally:
             self._plan.reset(token)

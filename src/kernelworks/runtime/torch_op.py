@@ -83,7 +83,9 @@ class TorchOp:
                  backward: Callable[..., Any], backward_fake: Callable[..., Any],
                  setup_context: Callable[[Any, tuple, Any], None],
                  input_grads: Callable[[Any, tuple, Callable[..., Any]], tuple]) -> None:
-        from kernelworks.runtime.replay import replayable  # imports triton: not before kernelworks sets it up
+        # these import triton: not before kernelworks sets it up
+        from kernelworks.runtime import context
+        from kernelworks.runtime.replay import replayable
 
         self.name = name
         # eager calls run the bodies through runtime.replay: a repeated signature skips their Python
@@ -107,8 +109,11 @@ class TorchOp:
             return out
 
         def function_backward(ctx: Any, *grads: Any) -> Any:
-            g = input_grads(ctx, grads, backward)  # a tuple, or the gradient of a one-argument op
-            return (*g, None) if type(g) is tuple else (g, None)
+            if context.open_blocks:  # a forced plan, say, set on the thread that called backward (runtime.context)
+                g = context.in_caller_context(input_grads, ctx, grads, backward)
+            else:
+                g = input_grads(ctx, grads, backward)
+            return (*g, None) if type(g) is tuple else (g, None)  # g: a tuple, or a one-argument op's gradient
 
         # Built with type() so the class (and its autograd node, e.g. ``SoftmaxFunctionBackward``) is named
         # after the op from the start: autograd names the node when the class is created.
