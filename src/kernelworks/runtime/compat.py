@@ -190,9 +190,10 @@ def backward_caller_context() -> contextvars.Context | None:
     """The context (``contextvars``) of the thread that started the backward pass now running, or None.
 
     Autograd runs a CUDA graph's backward on its own thread per device, where the caller's ``ContextVar`` s are
-    unset. ``torch.autograd.backward`` stashes a copy of the caller's context in the thread-local state it
-    hands that thread (torch ≥ 2.5; torch's own compiled backward runs in it); None where this torch has no
-    such stash or no backward is running."""
+    unset. ``torch.autograd.backward`` stashes a copy of the caller's context in thread-local state (torch's
+    own compiled backward runs in it). None where this torch has no such stash, no backward is running, or the
+    stash does not reach this thread: torch 2.11's CUDA device threads see none (H100, session 15);
+    :mod:`kernelworks.runtime.context` then falls back on its own record of the caller's context."""
     if _tls_key is None or _tls_obj is None or not _tls_key("context"):
         return None
     ctx = _tls_obj("context")
