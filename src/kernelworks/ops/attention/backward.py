@@ -370,7 +370,9 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
       3067 for the 64 × 16 steps at 8 warps before, 1874 for 64 × 32; dQ 128 × 32 at 8 warps, 2 stages — 606 µs
       causal against 1288 for 64 × 32. On the GQA 8:4 causal case the backward went 4411 → 2074 µs (SDPA flash
       1654; ``gaps/flash_attention-d256-bwd-plan.json``). Every variant with 64-row dK/dV steps asked for 256–320
-      KiB of shared memory (the H100 has 227).
+      KiB of shared memory (the H100 has 227). ``kw tune flash_attention --mode bwd`` on that case (35 configs,
+      ``tune/flash_attention-bwd-d256``) then gave the dQ pass 3 stages: 2013 µs against 2096 with 2, the
+      runner-up 4% behind; the split of dK/dV over the head dim lost (``docs/notes/attention.md``).
     - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
       0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
@@ -380,7 +382,7 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
         return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
     if block_d <= 128:
         return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
-    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 2)
+    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 3)
 
 
 # every BwdPlan field but BLOCK_D, which follows the head dim
