@@ -145,3 +145,34 @@ def test_a_backward_on_its_own_thread_sees_the_callers_plans(monkeypatch, stash)
     assert not errors
     assert q.grad is not None
     assert len(seen) > forward_plans  # the backward's plan choice reached the caller's observer
+
+
+@pytest.mark.gpu
+def test_a_forced_backward_plan_reaches_autograds_device_thread():
+    """On a GPU, autograd runs the backward on its own thread: the plan forced around it must still be the one
+    launched (before runtime.context, every ``kw tune --mode bwd`` candidate timed the op's own plan)."""
+    import threading
+
+    import kernelworks as kw
+    from kernelworks.ops.attention import backward
+
+    q, k, v = (torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    launched: list[tuple[object, bool]] = []
+    apply = backward._FORCED_BWD.apply
+    main = threading.get_ident()
+
+    def spy(plan):
+        chosen = apply(plan)
+        launched.append((chosen, threading.get_ident() == main))
+        return chosen
+
+    backward._FORCED_BWD.apply = spy  # type: ignore[method-assign]
+    try:
+        with backward.forced_bwd_plan(KV_N=32, KV_M=16, kv_warps=4, kv_stages=1):
+            out = kw.flash_attention(q, k, v, causal=True)
+            torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    finally:
+        del backward._FORCED_BWD.apply
+    (plan, _on_main), = launched
+    assert (plan.KV_N, plan.KV_M, plan.kv_warps, plan.kv_stages) == (32, 16, 4, 1)
