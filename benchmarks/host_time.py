@@ -27,21 +27,30 @@ import torch.nn.functional as F  # noqa: N812 - the name torch code uses
 import kernelworks as kw
 
 
+def _batch_us(fn: Callable[[], object], calls: int) -> float:
+    """Wall µs per call of ``calls`` back-to-back calls of ``fn`` (no sync inside the batch), the GPU idle
+    before and after."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def _warm(*fns: Callable[[], object], calls: int = 20) -> None:
+    for fn in fns:
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+
+
 def host_us(fn: Callable[[], object], calls: int, warmup: int = 20) -> float:
     """Median over 5 batches of ``calls`` back-to-back calls (no sync inside a batch) of the wall µs per call,
     after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    batches = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        batches.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(batches)
+    _warm(fn, calls=warmup)
+    return statistics.median(_batch_us(fn, calls) for _ in range(5))
 
 
 def paired_host_us(ours: Callable[[], object], theirs: Callable[[], object], calls: int,
@@ -50,19 +59,11 @@ def paired_host_us(ours: Callable[[], object], theirs: Callable[[], object], cal
     of ``theirs`` (as in :func:`host_us`); the µs are each side's median batch, the ratio the median of the
     rounds' ratios. A lent machine's host drifts by tens of percent within a minute; a ratio of two batches
     taken side by side cancels that, where two medians taken a minute apart did not."""
-    for fn in (ours, theirs):
-        for _ in range(20):
-            fn()
-    torch.cuda.synchronize()
+    _warm(ours, theirs)
     mine, other = [], []
     for _ in range(rounds):
-        for fn, out in ((ours, mine), (theirs, other)):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            out.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
+        mine.append(_batch_us(ours, calls))
+        other.append(_batch_us(theirs, calls))
     return (statistics.median(mine), statistics.median(other),
             statistics.median(m / o for m, o in zip(mine, other, strict=True)))
 
