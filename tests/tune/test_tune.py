@@ -316,6 +316,44 @@ def test_backward_winners_are_cached_apart_from_the_forward():
     assert cache.lookup(spec, spec.bench_cases[0]) is None  # the forward's entry is its own
 
 
+@dataclasses.dataclass(frozen=True)
+class _ToyPlan:
+    name: str = "slow"
+
+
+def _planned_op():
+    """A toy op whose launcher plans through a ForcedPlan, and a hook that forces every config but ``lost``."""
+    from kernelworks.runtime.plans import ForcedPlan
+
+    forced = ForcedPlan("toy_planned")
+
+    def op(x: torch.Tensor) -> torch.Tensor:
+        _runs.append(forced.apply(_ToyPlan()).name)
+        return 2 * x
+
+    @contextmanager
+    def configured(config):
+        if config["name"] == "lost":  # a hook that never reaches the launcher
+            yield
+            return
+        with forced.forced(_ToyPlan(config["name"])):
+            yield
+
+    return dataclasses.replace(_spec("a"), providers={"ours": Provider("ours", op)},
+                               configs=[{"name": n} for n in ("lost", "a", "b")], configured=configured)
+
+
+def test_a_config_no_launcher_takes_is_never_timed_as_if_it_ran():
+    """A config whose hook does not reach the op (the op chose its own plan under it) is ``not applied``:
+    never timed under the config's name, never chosen."""
+    res = tune_case(_planned_op(), Case("b", {}, torch.float32), timer=_timer(TIMES))
+    verdicts = {c.config["name"]: c.verdict for c in res.candidates[1:]}
+    assert verdicts == {"lost": "not applied", "a": "ok", "b": "ok"}
+    lost = next(c for c in res.candidates if c.config.get("name") == "lost")
+    assert lost.ms is None and "does not reach the op" in lost.detail
+    assert res.winner == {"name": "b"}
+
+
 def test_a_spec_without_a_backward_space_is_not_tunable_there(capsys):
     with pytest.raises(ValueError, match="not tunable in its backward"):
         tune_case(_spec("a"), Case("b", {}, torch.float32), mode="bwd")
@@ -378,3 +416,32 @@ def test_a_backward_search_starts_at_the_plan_the_op_would_pick():
     own = {k: getattr(plan, k) for k in spec.bwd_configs[0]}
     start = _start(spec, case, Grid(spec.bwd_configs), (9, 0), "bwd")
     assert spec.bwd_configs[start - 1] == own
+
+
+def test_a_backward_config_lost_on_autograds_thread_is_not_applied(monkeypatch, device):
+    """The first GPU backward tunes: the forced plan never reached autograd's own thread, and every candidate
+    timed the op's own plan. Here the backward runs in an empty context, as it did there: the tuner now says
+    so (``not applied``) rather than timing the default under each config's name; with the caller's context
+    (``runtime.context``) the configs apply."""
+    import contextvars
+
+    from kernelworks.runtime import context
+    from kernelworks.spec import registry
+
+    spec = registry()["flash_attention"]
+    case = next(c for c in spec.check_cases if "gpu" not in c.tags and c.get("causal"))
+    small = {**spec.bwd_configs[0], "KV_N": 32, "KV_M": 16, "kv_warps": 1, "kv_stages": 1, "Q_M": 32, "Q_N": 16,
+             "q_warps": 1, "q_stages": 1}
+    spec = dataclasses.replace(spec, bwd_configs=[small])
+
+    def timer(fn):
+        fn()
+        return (1.0, 0.9, 1.1)
+
+    def tried(**kw):
+        res = tune_case(spec, case, mode="bwd", target=None, timer=timer, device=device, strategy="exhaustive", **kw)
+        return [c.verdict for c in res.candidates[1:]]
+
+    assert tried() == ["ok"]
+    monkeypatch.setattr(context, "in_caller_context", lambda fn, *args: contextvars.Context().run(fn, *args))
+    assert tried() == ["not applied"]

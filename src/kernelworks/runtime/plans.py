@@ -30,6 +30,25 @@ def observed() -> Iterator[list[dict[str, Any]]]:
         _observed.reset(token)
 
 
+_consulted: ContextVar[list[tuple[str, Any]] | None] = ContextVar("kernelworks_consulted_plans", default=None)
+
+
+@contextmanager
+def consulted() -> Iterator[list[tuple[str, Any]]]:
+    """Within the block, every time an op's launcher asks a :class:`ForcedPlan` (:meth:`ForcedPlan.get` or
+    :meth:`ForcedPlan.apply`) is collected as ``(op, the forced plan or None)``. ``kw tune`` checks that a
+    config's hook reached the op: an op that asked and was never answered with the config ran its own plan, so
+    timing it would time that plan under the config's name (as every candidate of the first GPU backward
+    tunes did, the forced plan not reaching autograd's own thread)."""
+    log: list[tuple[str, Any]] = []
+    token = _consulted.set(log)
+    try:
+        with context.scope():
+            yield log
+    finally:
+        _consulted.reset(token)
+
+
 class ForcedPlan(Generic[_P]):
     """One op's forced launch plan, per context (thread, task). The op's launcher asks :meth:`get` before
     planning; None means "plan as usual"::
@@ -48,7 +67,11 @@ class ForcedPlan(Generic[_P]):
 
     def get(self) -> _P | None:
         """The plan forced in this context, None when there is none."""
-        return self._plan.get()
+        forced = self._plan.get()
+        log = _consulted.get()
+        if log is not None:
+            log.append((self._op, forced))
+        return forced
 
     def apply(self, plan: _P) -> _P:
         """The plan to launch: the op's own ``plan`` (a dataclass) with the knobs forced in this context put in
@@ -57,7 +80,7 @@ class ForcedPlan(Generic[_P]):
         seen = _observed.get()
         if seen is not None and dataclasses.is_dataclass(plan):
             seen.append(dataclasses.asdict(plan))
-        forced = self._plan.get()
+        forced = self.get()
         if not forced:
             return plan
         return dataclasses.replace(plan, **forced) if isinstance(forced, Mapping) else forced

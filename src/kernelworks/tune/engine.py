@@ -45,6 +45,7 @@ import torch
 from kernelworks.check.compare import first_failure
 from kernelworks.check.engine import as_outputs, gradients, upcast
 from kernelworks.runtime.device import default_device
+from kernelworks.runtime.plans import consulted, observed
 from kernelworks.spec import Case, OpSpec
 from kernelworks.tune.gate import COMPILE_TIMEOUT_S, SPILL_LIMIT_BYTES, CompileGate, current_target, default_workers
 from kernelworks.tune.search import Grid, Ordered, Pattern, resolve
@@ -60,9 +61,9 @@ Timer = Callable[[Callable[[], object]], tuple[float, float, float]]
 
 @dataclass
 class Candidate:
-    """One config's verdict on one case: ``ok`` (then timed), ``wrong`` or ``error`` (from its run), or the
-    compile gate's ``compile error``, ``compile timeout``, ``out of shared memory`` or ``spills`` (never
-    run)."""
+    """One config's verdict on one case: ``ok`` (then timed), ``wrong`` or ``error`` (from its run), ``not
+    applied`` (it ran, but no launcher of the op took the forced config: never timed), or the compile gate's
+    ``compile error``, ``compile timeout``, ``out of shared memory`` or ``spills`` (never run)."""
 
     config: dict[str, Any]
     """The knobs forced; empty for the op's own (default) choice."""
@@ -166,7 +167,6 @@ def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int], mo
     default chooses (``runtime.plans.observed``) and the constexprs and launch options of the launches it makes
     (captured as ``kw inspect`` does); the first config when they cannot be captured."""
     from kernelworks.inspect.capture import capture_op
-    from kernelworks.runtime.plans import observed
 
     try:
         with observed() as plans:
@@ -284,8 +284,14 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             if check is not None and not check.passed and i != 0:  # the op's own choice always runs
                 cand.verdict, cand.detail = check.verdict, check.detail
             else:
-                with _context(hook, cand.config):
+                with _context(hook, cand.config), consulted() as asked:
                     cand.verdict, cand.detail = _verdict(fn, inputs, truth)
+                if cand.config and cand.verdict == "ok" and asked and not any(forced for _, forced in asked):
+                    # the op asked for a forced plan and got none: it ran its own plan, and timing it would time
+                    # that plan under the config's name
+                    cand.verdict = "not applied"
+                    cand.detail = (f"the op asked for a forced plan {len(asked)} times and never got this config: "
+                                   "the hook does not reach the op")
                 if cand.verdict == "ok":
                     cand.ms, cand.p20_ms, cand.p80_ms = timer(run(cand))
             times[i] = cand.ms
