@@ -699,3 +699,13 @@ def test_unequal_tiles(monkeypatch, tiles, opts):
     sk = opts.pop("sk", 45)
     q, k, v = _qkv(1, 45, sk, 2, 1, 16, F32)
     _assert_close_to_reference(q, k, v, **opts)
+
+
+def test_the_wide_head_backward_plan_fits_each_gpus_shared_memory():
+    """Past head dim 128 the dQ pass's third stage (224 KiB of shared memory) is Hopper's alone: an A100 (164
+    KiB) keeps two."""
+    from kernelworks.ops.attention import backward
+
+    assert backward.bwd_plan(256, False, (9, 0)).q_stages == 3
+    assert backward.bwd_plan(256, False, (8, 0)).q_stages == 2
+    assert backward.bwd_plan(192, False, (8, 6)).q_stages == 2

@@ -117,8 +117,8 @@ def test_plans_are_keyed_on_where_kernels_run():
 def test_a_backward_on_its_own_thread_sees_the_callers_plans(monkeypatch, stash):
     """Autograd runs a GPU graph's backward on a thread of its own, where the caller's ContextVars (forced
     plans, plan observers: ``kw tune --mode bwd``) are unset. A TorchOp's backward runs in the caller's
-    context: the copy torch stashes for that thread, or (torch 2.11 on the H100 showed none there) the
-    innermost open scope's. A worker thread with an empty context stands in for autograd's."""
+    context: the copy torch stashes for that thread, or (torch 2.11 on the H100 showed none there) the one
+    its forward ran in. A worker thread with an empty context stands in for autograd's."""
     import contextvars
     import threading
 

@@ -443,5 +443,5 @@ def test_a_backward_config_lost_on_autograds_thread_is_not_applied(monkeypatch, 
         return [c.verdict for c in res.candidates[1:]]
 
     assert tried() == ["ok"]
-    monkeypatch.setattr(context, "in_caller_context", lambda fn, *args: contextvars.Context().run(fn, *args))
+    monkeypatch.setattr(context, "in_caller_context", lambda _forward, fn, *args: contextvars.Context().run(fn, *args))
     assert tried() == ["not applied"]

@@ -26,6 +26,7 @@ without the autograd half.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -104,13 +105,16 @@ class TorchOp:
         # ``ctx.needs_input_grad[i]`` still indexes the op's own arguments.
         def function_forward(ctx: Any, *args: Any) -> Any:
             body, args = args[-1], args[:-1]
+            if context.open_blocks:  # the backward may run on autograd's own thread: it gets this context
+                ctx.kernelworks_context = contextvars.copy_context()
             out = body(*args)
             setup_context(ctx, args, out)
             return out
 
         def function_backward(ctx: Any, *grads: Any) -> Any:
             if context.open_blocks:  # a forced plan, say, set on the thread that called backward (runtime.context)
-                g = context.in_caller_context(input_grads, ctx, grads, backward)
+                g = context.in_caller_context(getattr(ctx, "kernelworks_context", None), input_grads, ctx, grads,
+                                              backward)
             else:
                 g = input_grads(ctx, grads, backward)
             return (*g, None) if type(g) is tuple else (g, None)  # g: a tuple, or a one-argument op's gradient

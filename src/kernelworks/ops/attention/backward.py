@@ -372,7 +372,8 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
       1654; ``gaps/flash_attention-d256-bwd-plan.json``). Every variant with 64-row dK/dV steps asked for 256–320
       KiB of shared memory (the H100 has 227). ``kw tune flash_attention --mode bwd`` on that case (35 configs,
       ``tune/flash_attention-bwd-d256``) then gave the dQ pass 3 stages: 2013 µs against 2096 with 2, the
-      runner-up 4% behind; the split of dK/dV over the head dim lost (``docs/notes/attention.md``).
+      runner-up 4% behind (on Hopper: 224 KiB of shared memory); the split of dK/dV over the head dim lost
+      (``docs/notes/attention.md``).
     - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
       0 spill at d 128)."""
     block_d = max(16, next_pow2(head_dim))
@@ -382,7 +383,9 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
         return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
     if block_d <= 128:
         return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
-    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 3)
+    # the dQ pass's third stage takes 224 KiB of shared memory: Hopper's 227 hold it, an A100's 164 do not
+    q_stages = 3 if capability is not None and capability[0] == 9 else 2
+    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, q_stages)
 
 
 # every BwdPlan field but BLOCK_D, which follows the head dim
