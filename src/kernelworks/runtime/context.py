@@ -9,7 +9,9 @@ So every block that sets such a variable is a :func:`scope`, and while one is op
 the caller's context (:func:`in_caller_context`): the copy ``torch.autograd.backward`` hands its threads where
 this torch does (:func:`~kernelworks.runtime.compat.backward_caller_context`), else the context of the forward
 that built the node. Each graph's backward thus sees its own caller's settings, never another thread's. With no
-scope open it costs a forward and a backward one global read each.
+scope open it costs a forward and a backward one global read each. Not covered: a compiled graph's backward
+(``torch.compile``, through the custom ops), which runs in whatever context torch gives it; forced plans are a
+tool of eager tuning, sweeps and tests.
 """
 
 from __future__ import annotations
