@@ -6,47 +6,45 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from kernelworks.runtime import context, replay
 
 _P = TypeVar("_P")
+_T = TypeVar("_T")
 _observed: ContextVar[list[dict[str, Any]] | None] = ContextVar("kernelworks_observed_plans", default=None)
-
-
-@contextmanager
-def observed() -> Iterator[list[dict[str, Any]]]:
-    """Within the block, the plans ops choose through :meth:`ForcedPlan.apply` are collected, each as a dict
-    of its knobs, before any forced knob replaces them: ``kw tune`` starts a pattern search at the declared
-    config closest to them, where a space's knobs are no kernel's constexpr names (a backward's ``KV_N``)."""
-    seen: list[dict[str, Any]] = []
-    token = _observed.set(seen)
-    try:
-        with context.scope():
-            yield seen
-    finally:
-        _observed.reset(token)
-
-
 _consulted: ContextVar[list[tuple[str, Any]] | None] = ContextVar("kernelworks_consulted_plans", default=None)
 
 
 @contextmanager
-def consulted() -> Iterator[list[tuple[str, Any]]]:
+def _collecting(var: ContextVar[list[_T] | None]) -> Iterator[list[_T]]:
+    """A fresh list in ``var`` for the block (a :func:`~kernelworks.runtime.context.scope`: backward passes
+    add to it too)."""
+    items: list[_T] = []
+    token = var.set(items)
+    try:
+        with context.scope():
+            yield items
+    finally:
+        var.reset(token)
+
+
+def observed() -> AbstractContextManager[list[dict[str, Any]]]:
+    """Within the block, the plans ops choose through :meth:`ForcedPlan.apply` are collected, each as a dict
+    of its knobs, before any forced knob replaces them: ``kw tune`` starts a pattern search at the declared
+    config closest to them, where a space's knobs are no kernel's constexpr names (a backward's ``KV_N``)."""
+    return _collecting(_observed)
+
+
+def consulted() -> AbstractContextManager[list[tuple[str, Any]]]:
     """Within the block, every time an op's launcher asks a :class:`ForcedPlan` (:meth:`ForcedPlan.get` or
     :meth:`ForcedPlan.apply`) is collected as ``(op, the forced plan or None)``. ``kw tune`` checks that a
     config's hook reached the op: an op that asked and was never answered with the config ran its own plan, so
     timing it would time that plan under the config's name (as every candidate of the first GPU backward
     tunes did, the forced plan not reaching autograd's own thread)."""
-    log: list[tuple[str, Any]] = []
-    token = _consulted.set(log)
-    try:
-        with context.scope():
-            yield log
-    finally:
-        _consulted.reset(token)
+    return _collecting(_consulted)
 
 
 class ForcedPlan(Generic[_P]):
