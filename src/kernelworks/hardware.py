@@ -63,6 +63,17 @@ GPUS: dict[str, GPUSpec] = {
     )
 }
 
+def smem_per_block(capability: tuple[int, int]) -> int:
+    """The shared memory one block may use (opt-in, bytes) on a GPU of compute ``capability``, from the CUDA
+    programming guide's table: 227 KiB on sm_90 and sm_100, 163 KiB on sm_80 and sm_87, 99 KiB on the rest
+    (sm_86, sm_89, sm_120: the consumer parts). A launch plan that needs more cannot run there."""
+    if capability[0] in (9, 10):
+        return 227 * 1024
+    if capability in ((8, 0), (8, 7)):
+        return 163 * 1024
+    return 99 * 1024
+
+
 _DTYPE_PEAK_KEY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32", torch.int8: "int8",
                    **{getattr(torch, name): "fp8" for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
                                                                "float8_e5m2fnuz") if hasattr(torch, name)}}

@@ -701,11 +701,25 @@ def test_unequal_tiles(monkeypatch, tiles, opts):
     _assert_close_to_reference(q, k, v, **opts)
 
 
-def test_the_wide_head_backward_plan_fits_each_gpus_shared_memory():
-    """Past head dim 128 the dQ pass's third stage (224 KiB of shared memory) is Hopper's alone: an A100 (164
-    KiB) keeps two."""
+def test_the_backward_plan_follows_each_gpus_shared_memory():
+    """The dQ tile is what the GPU's shared memory a block holds: the d 256 third stage (224 KiB) on Hopper
+    only, 64 query rows on an A100 past d 128 and on Ada at any head dim."""
     from kernelworks.ops.attention import backward
 
-    assert backward.bwd_plan(256, False, (9, 0)).q_stages == 3
-    assert backward.bwd_plan(256, False, (8, 0)).q_stages == 2
-    assert backward.bwd_plan(192, False, (8, 6)).q_stages == 2
+    d256 = {cap: backward.bwd_plan(256, False, cap) for cap in ((9, 0), (8, 0), (8, 9))}
+    assert (d256[(9, 0)].Q_M, d256[(9, 0)].Q_N, d256[(9, 0)].q_stages) == (128, 32, 3)
+    assert (d256[(8, 0)].Q_M, d256[(8, 0)].Q_N, d256[(8, 0)].q_stages) == (64, 32, 2)
+    assert (d256[(8, 9)].Q_M, d256[(8, 9)].Q_N, d256[(8, 9)].q_stages) == (64, 16, 2)
+    assert backward.bwd_plan(128, False, (8, 0)).Q_M == 128
+    assert backward.bwd_plan(128, False, (8, 9)).Q_M == 64
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_89"])
+@pytest.mark.parametrize("name", ["b1-hq28-hkv4-s8k-d128-causal", "b2-hq8-hkv4-s4k-d256-causal"])
+def test_every_attention_kernel_fits_an_a100_and_an_ada_gpu(target, name):
+    """Compiled for an A100 (163 KiB of shared memory a block) and an Ada GPU (99 KiB), every forward and
+    backward kernel launches: at least one block fits an SM (the Hopper plans' dQ tiles did not)."""
+    from kernelworks.inspect import inspect_op
+
+    for r in inspect_op(FLASH_ATTENTION_SPEC, name, target, modes=("fwd", "bwd")):
+        assert r.occupancy.blocks_per_sm >= 1, f"{r.name}: {r.shared_bytes} B of shared memory on {target}"

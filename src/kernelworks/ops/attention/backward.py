@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernelworks.hardware import smem_per_block
 from kernelworks.ops._math import LOG2E
 from kernelworks.ops.attention.forward import (
     ZERO_BLOCK_B,
@@ -375,17 +376,23 @@ def bwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> B
       runner-up 4% behind (on Hopper: 224 KiB of shared memory); the split of dK/dV over the head dim lost
       (``docs/notes/attention.md``).
     - fp32 inputs (FMA dots): dK/dV 32 keys × 16 rows, dQ 32 × 16, 4 warps, 1 stage (230 / 128 registers,
-      0 spill at d 128)."""
+      0 spill at d 128).
+    - GPUs with less shared memory a block (A100 163 KiB, Ada 99 KiB): smaller dQ tiles, chosen from the sm_80 /
+      sm_89 compiles alone (no such GPU measured)."""
     block_d = max(16, next_pow2(head_dim))
     if capability is None and interpreter_active():
         return BwdPlan(16, 16, 16, 16, block_d, 1, 1, 1, 1)
     if fp32:
         return BwdPlan(16, 32, 32, 16, block_d, 4, 4, 1, 1)
+    # The dQ tile is what fits each GPU's shared memory per block (sm_80 / sm_89 AOT, kw inspect, d 128 / 256:
+    # 128 × 64 at 3 stages 116 KiB; past d 128, 128 × 32 at 3 stages 224 KiB, at 2 stages 164 KiB, 64 × 32 at 2
+    # stages 100 KiB, 64 × 16 at 2 stages 84 KiB; each without spills). The dK/dV tiles fit everywhere (66–73 KiB).
+    smem = smem_per_block(capability) if capability is not None else smem_per_block((9, 0))
     if block_d <= 128:
-        return BwdPlan(64, 64, 128, 64, block_d, 4, 8, 2, 3)
-    # the dQ pass's third stage takes 224 KiB of shared memory: Hopper's 227 hold it, an A100's 164 do not
-    q_stages = 3 if capability is not None and capability[0] == 9 else 2
-    return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, q_stages)
+        return BwdPlan(64, 64, 128 if smem >= 120 * 1024 else 64, 64, block_d, 4, 8, 2, 3)
+    if smem >= 225 * 1024:  # Hopper, Blackwell: the third stage (measured on the H100 above)
+        return BwdPlan(32, 32, 128, 32, block_d, 4, 8, 2, 3)
+    return BwdPlan(32, 32, 64, 32 if smem >= 120 * 1024 else 16, block_d, 4, 8, 2, 2)
 
 
 # every BwdPlan field but BLOCK_D, which follows the head dim

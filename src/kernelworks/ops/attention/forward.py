@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernelworks.hardware import smem_per_block
 from kernelworks.ops._math import tanh
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import gpu_capability, interpreter_active, interpreter_dot_operand
@@ -405,7 +406,8 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     229 registers, 64 KiB, two CTAs an SM (128×128 with 4 warps spilled 48 B; with 8 warps it fits at one
     CTA an SM). d 256: 64×64, 8 warps, 2 stages (254 registers, no spills; 4 warps spilled 88 B).
     fp32 inputs (exact products on FMA units, no tensor cores): 32×32, 8 warps, 1 stage (the 16-bit tiles
-    spill 10 KiB there).
+    spill 10 KiB there). Off Hopper, d 256 takes 32 keys a step where a block has less than 120 KiB of shared
+    memory (Ada: 99 KiB; from the sm_89 compile, no such GPU measured).
 
     Hopper, d 256 (``kw tune flash_attention --case b2-hq8-hkv4-s4k-d256-causal``, H100, every declared
     config: ``benchmarks/results/h100-80gb-hbm3/tune/flash_attention-first-space``, kept by the re-run over the
@@ -430,7 +432,12 @@ def fwd_plan(head_dim: int, fp32: bool, capability: tuple[int, int] | None) -> F
     hopper = capability is not None and capability[0] == 9
     if block_d <= 128:
         return FwdPlan(128, 128, block_d, 8, 3, TMA=True) if hopper else FwdPlan(128, 64, block_d, 8, 3)
-    return FwdPlan(64, 64, block_d, 4, 3, TMA=True) if hopper else FwdPlan(64, 64, block_d, 8, 2)
+    if hopper:
+        return FwdPlan(64, 64, block_d, 4, 3, TMA=True)
+    # 64 keys a step at 2 stages take 104 KiB of shared memory at d 256: past the 99 KiB a block of Ada and the
+    # consumer parts, 32 keys (68 KiB, no spill; sm_89 AOT)
+    smem = smem_per_block(capability) if capability is not None else smem_per_block((9, 0))
+    return FwdPlan(64, 64 if smem >= 120 * 1024 else 32, block_d, 8, 2)
 
 
 def pointer_fallback(plan: FwdPlan) -> FwdPlan:
