@@ -192,6 +192,20 @@ def test_hopper_path_compiles_for_sm90(name):
     assert r.shared_bytes <= 227 * 1024
 
 
+
+@pytest.mark.parametrize("name", ["llama3_8b-o-M64-bf16", "qwen2.5_7b-qkv-M32-bf16"])
+def test_decode_plans_find_stages_that_fit_an_ada_gpu(name):
+    """Compiled for an Ada GPU (99 KiB of shared memory a block), the decode plans' 4 stages do not fit (144 KiB
+    at M = 64, 120 at M = 32); the launch then steps the stages down (``runtime.launch._run_fitting``), and 3
+    stages of the same tiles fit with no spills. The H100 plans and tables are untouched."""
+    (planned,) = inspect_op(MATMUL_SPEC, name, "sm_89")
+    assert planned.occupancy.blocks_per_sm == 0 and planned.num_stages == 4
+    config = {k: planned.constexprs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")}
+    (fewer,) = inspect_op(MATMUL_SPEC, name, "sm_89", config={**config, "num_warps": planned.num_warps,
+                                                               "num_stages": planned.num_stages - 1})
+    assert fewer.occupancy.blocks_per_sm >= 1 and fewer.spill_bytes == 0, fewer.shared_bytes
+    assert (fewer.constexprs["BLOCK_M"], fewer.constexprs["BLOCK_N"]) == (config["BLOCK_M"], config["BLOCK_N"])
+
 def test_plan_takes_the_tile_with_fewer_rounds():
     """Wave quantisation: 8B qkv M=1024 (N 6144) is 192 tiles of 128×256 (2 rounds on 132 SMs, the second
     half empty) or 384 of 128×128 (3 rounds of half the work) → 128×128; 8B o M=1024 (N 4096): 128 tiles of

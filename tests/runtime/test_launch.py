@@ -108,3 +108,88 @@ def test_launch_hooks_keep_tritons_path():
         hooks.remove(hook)
     assert len(seen) == 1 and not launch_mod._launch_hooks()
     torch.testing.assert_close(out, 2 * x)
+
+
+# ----------------------------------------------------------------------------- plans that do not fit a GPU
+
+
+class _SmallSmemKernel:
+    """Stands in for a JIT kernel compiled on a GPU whose shared memory holds ``fits`` pipeline stages: more
+    raise Triton's ``OutOfResources`` before launching, as ``CompiledKernel._init_handles`` does."""
+
+    __name__ = "_small_smem_kernel"
+
+    def __init__(self, fits: int, resource: str = "shared memory") -> None:
+        self.fits, self.resource, self.tried = fits, resource, []
+
+    def __getitem__(self, grid):
+        def run(*args, num_warps, **options):
+            stages = options.get("num_stages", launch_mod.TRITON_DEFAULT_STAGES)
+            self.tried.append(stages)
+            if stages > self.fits:
+                raise triton.runtime.errors.OutOfResources(stages * 48 * 1024, self.fits * 48 * 1024,
+                                                           self.resource)
+            return ("compiled", stages, options.get("BLOCK"))
+        return run
+
+
+def test_a_plan_past_the_shared_memory_runs_with_fewer_stages(monkeypatch):
+    """Asked for 5 stages where 2 fit: 5, 4, 3 are refused before any launch, 2 runs with the plan's tiles, and
+    the next compile of that plan (another argument specialisation) goes straight to 2."""
+    monkeypatch.setattr(launch_mod, "_FITTED", {})
+    kernel = _SmallSmemKernel(fits=2)
+    got = launch_mod._run_fitting(kernel, (1,), (), 4, {"BLOCK": 64, "num_stages": 5}, 0)
+    assert got == ("compiled", 2, 64) and kernel.tried == [5, 4, 3, 2]
+    assert launch_mod.fitted_stages() == {"_small_smem_kernel": (5, 2)}
+    kernel.tried.clear()
+    launch_mod._run_fitting(kernel, (1,), (), 4, {"BLOCK": 64, "num_stages": 5}, 0)
+    assert kernel.tried == [2]
+    kernel.tried.clear()  # no num_stages: Triton's default is where the stepping starts
+    assert launch_mod._run_fitting(kernel, (1,), (), 4, {"BLOCK": 32}, 0)[1] == 2 and kernel.tried == [3, 2]
+
+
+@pytest.mark.parametrize("why", ["forced", "threads", "one stage"])
+def test_what_fewer_stages_cannot_fix_still_raises(monkeypatch, why):
+    """A forced plan (the tuner's, a sweep's) runs as named or raises; so does a limit other than shared memory,
+    and a kernel that does not fit with one stage."""
+    from kernelworks.runtime.plans import ForcedPlan
+
+    monkeypatch.setattr(launch_mod, "_FITTED", {})
+    kernel = _SmallSmemKernel(fits=0 if why == "one stage" else 2, resource="threads" if why == "threads" else
+                              "shared memory")
+    forced = ForcedPlan[dict]("probe").forced({"num_stages": 4}) if why == "forced" else None
+    with pytest.raises(triton.runtime.errors.OutOfResources):
+        if forced is not None:
+            with forced:
+                launch_mod._run_fitting(kernel, (1,), (), 4, {"num_stages": 4}, 0)
+        else:
+            launch_mod._run_fitting(kernel, (1,), (), 4, {"num_stages": 4}, 0)
+    assert kernel.tried == ([4] if why != "one stage" else [4, 3, 2, 1])
+    assert not launch_mod._FITTED or why == "one stage"
+
+
+@triton.jit
+def _deep_matmul_kernel(p_a, p_b, p_c, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(p_a + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(p_b + (k + rk)[:, None] * BLOCK_N + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(p_c + rm[:, None] * BLOCK_N + rn[None, :], acc)
+
+
+@pytest.mark.gpu
+def test_a_plan_too_deep_for_the_gpu_runs_and_is_right(monkeypatch):
+    """On the GPU: a 128×256×128 bf16 tile pipelined 8 deep asks for ~670 KiB of shared memory (any GPU's
+    limit is ≤ 227 KiB); the launch steps the stages down until it fits, and the product is right."""
+    monkeypatch.setattr(launch_mod, "_FITTED", {})
+    a = torch.randn(128, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 256, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):  # compile (stepping down), then the cached launch
+        c = torch.full((128, 256), float("nan"), device="cuda")
+        launch(_deep_matmul_kernel, (1,), a, b, c, 1024, num_warps=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=128,
+               num_stages=8)
+        torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-1)
+    asked, ran = launch_mod.fitted_stages()["_deep_matmul_kernel"]
+    assert asked == 8 and 1 <= ran < 8

@@ -111,8 +111,11 @@ def diagnose(r: KernelReport) -> list[str]:
                    f"{mix.count('STL')} STL / {mix.count('LDL')} LDL: the tile does not fit in registers "
                    f"({r.registers}/thread); use a smaller tile or more warps")
     if occ.blocks_per_sm == 0:
+        stepped = occ.limiter == "shared memory" and r.num_stages > 1
         out.append(f"cannot launch on {r.gpu}: one block exceeds the SM's {occ.limiter} "
-                   f"({r.registers} registers × {r.num_warps * 32} threads, {r.shared_bytes} B shared)")
+                   f"({r.registers} registers × {r.num_warps * 32} threads, {r.shared_bytes} B shared)"
+                   + (f"; a kernelworks launch retries it with fewer than {r.num_stages} stages, at less "
+                      "overlap of loads and math" if stepped else ""))
     elif occ.fraction < LOW_OCCUPANCY:
         out.append(f"low occupancy: {occ.warps_per_sm}/{occ.max_warps_per_sm} warps per SM "
                    f"({occ.fraction:.0%}), limited by {' and '.join(occ.limiters)}")

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, TypeVar
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from kernelworks.runtime.compat import TRITON
 from kernelworks.runtime.device import interpreter_active, planning_active
@@ -235,6 +239,57 @@ def fast_launch_active() -> bool:
     return _FAST_LAUNCH and not interpreter_active() and not planning_active()
 
 
+# ------------------------------------------------------------------------- plans that fit this GPU's shared memory
+
+_log = logging.getLogger("kernelworks")
+_exact: ContextVar[bool] = ContextVar("kernelworks_exact_stages", default=False)
+_FITTED: dict[tuple, int] = {}
+"""(kernel, warps, device, constexprs) → the pipeline depth that fitted, for a plan that asked for more shared
+memory a block than this GPU has."""
+TRITON_DEFAULT_STAGES = 3
+"""``num_stages`` where a launch names none (Triton's CUDA default)."""
+
+
+@contextmanager
+def exact_stages() -> Iterator[None]:
+    """Within the block a plan that does not fit raises ``OutOfResources`` instead of running with fewer stages:
+    forced plans (``kw tune``, sweeps, tests) must run as named or not at all."""
+    token = _exact.set(True)
+    try:
+        yield
+    finally:
+        _exact.reset(token)
+
+
+def fitted_stages() -> dict[str, tuple[int, int]]:
+    """``kernel name → (stages asked, stages run)`` for every plan this process ran with fewer stages."""
+    return {key[0].__name__: (dict(key[3:]).get("num_stages", TRITON_DEFAULT_STAGES), stages)
+            for key, stages in _FITTED.items()}
+
+
+def _run_fitting(kernel: triton.JITFunction, grid: tuple[int, ...], args: tuple, num_warps: int,
+                 constexprs: dict[str, object], device: int | None) -> Any:
+    """``kernel[grid](...)``, one pipeline stage fewer at a time while the compiled kernel needs more shared memory
+    a block than the GPU allows. Plans are sized for Hopper's 227 KiB; an A100 allows 163 KiB and Ada and
+    Ampere consumer parts 99 KiB. Triton keeps ``num_stages − 1`` operand tiles in flight, so the stage count
+    is what sizes a tiled kernel's buffers; tiles, warps and results stay those of the plan. Triton raises
+    before anything is launched, so a retry is safe."""
+    key = (kernel, num_warps, device, *constexprs.items())
+    fitted = _FITTED.get(key)
+    options = constexprs if fitted is None else {**constexprs, "num_stages": fitted}
+    while True:
+        try:
+            return kernel[grid](*args, num_warps=num_warps, **options)
+        except OutOfResources as err:
+            stages = int(options.get("num_stages", TRITON_DEFAULT_STAGES))  # type: ignore[call-overload]
+            if err.name != "shared memory" or stages <= 1 or _exact.get():
+                raise
+            options = {**options, "num_stages": stages - 1}
+            _FITTED[key] = stages - 1
+            _log.info("%s: %d stages need %d bytes of shared memory a block, this GPU allows %d; trying %d",
+                      kernel.__name__, stages, err.required, err.limit, stages - 1)
+
+
 def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num_warps: int,
            **constexprs: object) -> None:
     """``kernel[grid](*args, num_warps=num_warps, **constexprs)`` with less host time.
@@ -261,7 +316,7 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
         recorder.muted = True  # what the launch allocates (scratch) is not the body's
     try:
         if hit is None:
-            compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)
+            compiled = _run_fitting(kernel, grid, args, num_warps, constexprs, device)
             tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
             direct = _direct_launcher(compiled)
             _COMPILED[key] = (compiled, tail, direct)

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
-from kernelworks.runtime import context, replay
+from kernelworks.runtime import context, launch, replay
 
 _P = TypeVar("_P")
 _T = TypeVar("_T")
@@ -86,14 +86,15 @@ class ForcedPlan(Generic[_P]):
     @contextmanager
     def forced(self, plan: _P) -> Iterator[None]:
         """Within the block the op launches ``plan``. Replays are paused there: a call replayed from a record
-        made outside would not read the forced plan."""
+        made outside would not read the forced plan. A plan that does not fit the GPU's shared memory raises
+        (``launch.exact_stages``) rather than run with fewer stages under the forced plan's name."""
         if self._knobs and isinstance(plan, Mapping):
             bad = set(plan) - set(self._knobs)
             if bad:
                 raise ValueError(f"{self._op}: unknown knobs {sorted(bad)}; expected some of {self._knobs}")
         token = self._plan.set(plan)
         try:
-            with replay.paused(), context.scope():
+            with replay.paused(), launch.exact_stages(), context.scope():
                 yield
         finally:
             self._plan.reset(token)
