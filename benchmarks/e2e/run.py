@@ -1,6 +1,7 @@
 """End-to-end model benchmarks: every variant of every job in its own process, same weights, same data, one run.
 
-    python benchmarks/e2e/run.py [--jobs llama3-8b-train,small-train,decode] [--out-dir DIR]   # on a GPU
+    python benchmarks/e2e/run.py [--jobs llama3-8b-train,small-train,decode] [--variants kw-eager,hf-eager]
+        [--out-dir DIR]                                                                       # on a GPU
     python benchmarks/e2e/run.py --plot benchmarks/results/<gpu>/e2e/e2e.json                 # table + plot only
 
 Writes ``<out-dir>/e2e.json`` (GPU, torch/triton/transformers versions, commit, every variant's result) and
@@ -34,14 +35,16 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+LOSS_STEPS = 47
+"""Timed steps of the 8B and MoE jobs: with the 3 warm-up steps, 50 losses a variant (the loss-curve target)."""
 JOBS: dict[str, list[dict]] = {
-    "llama3-8b-train": [dict(model="llama3-8b-2l", variant=v) for v in
+    "llama3-8b-train": [dict(model="llama3-8b-2l", variant=v, steps=LOSS_STEPS) for v in
                         ("hf-eager", "hf-compile", "liger", "kw-eager", "kw-compile")],
     "small-train": [dict(model="llama-small", variant=v, steps=50 if v.endswith("eager") else 20) for v in
                     ("hf-eager", "kw-eager", "hf-compile", "hf-graphs", "kw-graphs")],
     "qwen3-train": [dict(model="qwen3-8b-2l", variant=v) for v in
                     ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
-    "qwen3-moe-train": [dict(model="qwen3-moe-2l", variant=v) for v in
+    "qwen3-moe-train": [dict(model="qwen3-moe-2l", variant=v, steps=LOSS_STEPS) for v in
                         ("hf-eager", "hf-compile", "liger", "kw-eager", "kw-compile")],
     "qwen3-next-train": [dict(model="qwen3-next-4l", variant=v) for v in
                          ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
@@ -73,7 +76,9 @@ def _weights(model: str, folder: Path) -> Path:
     return path
 
 
-def run(jobs: list[str], out_dir: Path, deadline_s: float) -> Path:
+def run(jobs: list[str], out_dir: Path, deadline_s: float, variants: set[str] | None = None) -> Path:
+    """Run each job's variants (only ``variants`` when given), each in its own process, merging the rows into
+    ``out_dir/e2e.json`` (a variant's new row replaces its old one)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "e2e.json"
     doc = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
@@ -82,6 +87,8 @@ def run(jobs: list[str], out_dir: Path, deadline_s: float) -> Path:
     start = time.time()
     for job in jobs:
         for item in JOBS[job]:
+            if variants and item["variant"] not in variants:
+                continue
             left = deadline_s - (time.time() - start)
             if left < 30:
                 print(f"skipped {job} {item}: out of time", flush=True)
@@ -120,6 +127,11 @@ def _headline(row: dict) -> str:
     return f"{row['step_ms']:.1f} ms/step, peak {row['peak_gb']:.1f} GB, last loss {row['losses'][-1]:.4f}"
 
 
+def _loss_gaps(ref: dict, row: dict) -> list[float]:
+    """|Δloss| of ``row`` against ``ref`` at each step both ran (same weights, same data, step by step)."""
+    return [abs(a - b) for a, b in zip(ref["losses"], row["losses"])]
+
+
 def table(doc: dict) -> str:
     """Markdown: each job's variants with time, ratio to each baseline, memory; the loss-curve gap."""
     lines = []
@@ -146,12 +158,11 @@ def table(doc: dict) -> str:
             for r in rows:
                 ratios = " | ".join(f"{base[c] / r['step_ms']:.2f}" for c in cols)
                 lines.append(f"| {r['variant']} | {r['step_ms']:.1f} | {ratios} | {r['peak_gb']:.1f} |")
-            hf, kw = base.get("hf-eager"), next((r for r in rows if r["variant"] == "kw-eager"), None)
             ref = next((r for r in rows if r["variant"] == "hf-eager"), None)
-            if hf and kw and ref:
-                n = min(len(ref["losses"]), len(kw["losses"]))
-                gap = max(abs(a - b) for a, b in zip(ref["losses"][:n], kw["losses"][:n]))
-                lines.append(f"\nLoss curve, kw-eager against hf-eager over {n} steps: max |Δloss| = {gap:.2e}")
+            gaps = [f"{r['variant']} {max(_loss_gaps(ref, r)):.2e} ({len(_loss_gaps(ref, r))} steps)"
+                    for r in rows if ref is not None and r is not ref]
+            if gaps:
+                lines.append("\nLoss curves against hf-eager, max |Δloss| at any step: " + ", ".join(gaps))
         if failed:
             lines.append(f"\nFailed: {', '.join(failed)}")
     return "\n".join(lines)
@@ -174,14 +185,19 @@ def plot(doc: dict, path: Path) -> Path:
                 color=["tab:orange" if r["variant"].startswith("kw") else "tab:gray" for r in rows])
         ax.set_xlabel("ms per training step (lower is better)")
         ax.set_title(f"{job} ({rows[0]['model']})")
-    ax = axes[-1]
-    for r in runs:
-        if r["task"] == "train" and r["variant"] in ("hf-eager", "kw-eager") and r["job"] == "small-train":
-            ax.plot(r["losses"], label=r["variant"])
+    ax = axes[-1]  # each job's patched eager loss against its HF eager loss, step by step
+    for job in train_jobs:
+        rows = {r["variant"]: r for r in runs if r["job"] == job}
+        if "hf-eager" in rows and "kw-eager" in rows:
+            ax.plot(_loss_gaps(rows["hf-eager"], rows["kw-eager"]), label=f"{job}: kw-eager")
+        if "hf-eager" in rows and "hf-compile" in rows:
+            ax.plot(_loss_gaps(rows["hf-eager"], rows["hf-compile"]), ":", label=f"{job}: hf-compile")
+    ax.axhline(1e-3, color="black", linewidth=0.8, linestyle="--", label="target 1e-3")
+    ax.set_yscale("log")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("loss curves, small-train")
-    ax.legend()
+    ax.set_ylabel("|loss − HF eager loss|")
+    ax.set_title("loss curves against HF eager")
+    ax.legend(fontsize=7)
     fig.suptitle(f"{doc['environment'].get('gpu')} · torch {doc['environment'].get('torch')} · "
                  f"triton {doc['environment'].get('triton')}")
     fig.tight_layout()
@@ -196,6 +212,7 @@ def main() -> None:
     ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results/<gpu>/e2e")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole run")
     ap.add_argument("--plot", type=Path, default=None, help="only render a results file")
+    ap.add_argument("--variants", default=None, help="comma-separated: only these variants of each job")
     args = ap.parse_args()
     if args.plot:
         doc = json.loads(args.plot.read_text())
@@ -205,7 +222,8 @@ def main() -> None:
         from kernelworks.bench.results import gpu_slug
 
         out_dir = args.out_dir or ROOT / "benchmarks" / "results" / gpu_slug(torch.cuda.get_device_name()) / "e2e"
-        doc = json.loads(run(args.jobs.split(","), out_dir, args.deadline).read_text())
+        variants = set(args.variants.split(",")) if args.variants else None
+        doc = json.loads(run(args.jobs.split(","), out_dir, args.deadline, variants).read_text())
     from kernelworks.bench.results import gpu_slug
 
     print(table(doc))
