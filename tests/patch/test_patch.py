@@ -328,6 +328,82 @@ def test_dropout_in_training_falls_back_without_a_mask():
     torch.testing.assert_close(out, reference(ids, labels=ids).loss, **TOL)
 
 
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_static_cache_generation_matches(family):
+    """A static cache's buffer is longer than the tokens written: its keys past them must not be attended to
+    (the kernel aligns causal bottom-right, so those calls take the fallback with HF's mask)."""
+    model, reference = _pair(family)
+    kernelworks.patch(model)
+    prompt = _ids(2, 9, seed=3)
+    kwargs = dict(max_new_tokens=5, do_sample=False, cache_implementation="static")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = model.generate(prompt, **kwargs)
+    assert torch.equal(new, reference.generate(prompt, **kwargs))
+
+
+def test_gemma3_bidirectional_sliding_window():
+    """Gemma 3's bidirectional local layers see keys with ``|q − kv| < W`` (W − 1 either way, not W)."""
+    config = _config("gemma3_text")
+    config.use_bidirectional_attention = True
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).float()
+    reference = tf.AutoModelForCausalLM.from_config(copy.deepcopy(config)).float()
+    reference.load_state_dict(model.state_dict())
+    model, reference = model.to(DEVICE).eval(), reference.to(DEVICE).eval()
+    kernelworks.patch(model)
+    ids = _ids(2, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, **TOL)
+
+
+@pytest.mark.parametrize("family,options", [("llama", {}), ("qwen3", {}), ("gemma3_text", {}),
+                                            ("llama", {"rms_norm": False, "rope": False, "attention": False,
+                                                       "loss": False})])
+def test_fp32_model_under_autocast_trains(family, options):
+    """An fp32 model under ``torch.autocast(bfloat16)`` (the HF Trainer's ``bf16=True``): the residual stream
+    stays fp32 while Linear outputs are bf16, q/k leave fp32 norms; the fused add promotes as HF's does, the
+    attention takes autocast's dtype as SDPA does, the MLP stays on the model's modules. Loss and gradients
+    agree with the unpatched model under the same autocast (bf16 tolerance)."""
+    model, reference = _pair(family)
+    kernelworks.patch(model, **options)
+    model.train(), reference.train()
+    ids = _ids()
+    losses = []
+    for m in (model, reference):
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+            loss = m(ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-2, atol=1e-2)
+    grads, ref_grads = _grads(model), _grads(reference)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        assert grads[name].dtype == torch.float32
+        err = (grads[name] - ref_grads[name]).norm() / ref_grads[name].norm().clamp_min(1e-12)
+        assert err < 0.1, f"{name}: relative L2 {err:.3g}"
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_output_attentions_come_from_eager_attention(family):
+    """Asked for attention weights, the patched model runs its eager attention for them (with a warning); a
+    model on eager (Gemma 2 always is) returned them before patching and does after."""
+    model, reference = _pair(family)
+    for m in (model, reference):
+        m.config._attn_implementation = "eager"
+    kernelworks.patch(model)
+    ids = _ids()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model(ids, output_attentions=True)
+        ref = reference(ids, output_attentions=True)
+    assert len(out.attentions) == len(ref.attentions) == 2
+    for got, want in zip(out.attentions, ref.attentions):
+        torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(out.logits, ref.logits, **TOL)
+
 # ------------------------------------------------------------------------------------------- options, unpatch
 
 

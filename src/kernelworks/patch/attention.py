@@ -38,14 +38,38 @@ def warn_once(message: str) -> None:
         warnings.warn(f"kernelworks.patch: {message}", stacklevel=3)
 
 
+_MASK_SIZES = ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset")
+"""The leading parameters of transformers' mask functions (5.x), in order."""
+
+
 def mask(*args, **kwargs) -> torch.Tensor | None:
-    """None where the kernel needs no mask (no padding), else SDPA's 4-D boolean mask for the fallback."""
-    if flash_attention_mask(*args, **kwargs) is None:
-        return None
-    return sdpa_mask(*args, **kwargs)
+    """None where the kernel needs no mask, else SDPA's 4-D boolean mask for the torch fallback. The kernel needs
+    none when there is no padding and the queries are the last keys: it aligns a causal mask bottom-right. A
+    static (compileable) cache's buffer runs past the tokens written (``kv_length`` is its whole length), so
+    there the mask goes to attention; without it the unwritten slots would be attended to."""
+    if _queries_end_the_keys(args, kwargs):
+        return None if flash_attention_mask(*args, **kwargs) is None else sdpa_mask(*args, **kwargs)
+    # SDPA may skip an all-causal mask here (its is_causal aligns top-left, right for a static buffer's
+    # prefill); the kernel's causal mask aligns bottom-right, so the fallback must get the mask itself
+    return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
+
+
+def _queries_end_the_keys(args: tuple, kwargs: dict) -> bool:
+    """True when the last query is the last key: ``q_offset + q_length == kv_offset + kv_length`` (dynamic and
+    sliding-window caches, no cache). Offsets given as tensors (a static cache's) count as False: no host
+    sync is spent to find out."""
+    sizes = {**dict(zip(_MASK_SIZES, args)), **{k: kwargs[k] for k in _MASK_SIZES if k in kwargs}}
+    q_offset, kv_offset = sizes.get("q_offset", 0), sizes.get("kv_offset", 0)
+    if not (isinstance(q_offset, int) and isinstance(kv_offset, int)):
+        return False
+    return q_offset + sizes["q_length"] == kv_offset + sizes["kv_length"]
 
 
 # ------------------------------------------------------------------------------------------- packing
+
+WEIGHTS_KWARG = "kernelworks_attention_weights"
+"""Keyword the patched ``ForCausalLM.forward`` hands down when the caller asked for ``output_attentions``: the
+kernel never forms the weights, so those calls run the model's eager attention, which returns them."""
 
 PACKED_KWARG = "kernelworks_packed"
 """Keyword the patched ``ForCausalLM.forward`` hands down (through HF's layers, as the flash kwargs travel) to
@@ -131,10 +155,16 @@ def _starts(varlen, batch: int, seq: int) -> torch.Tensor | None:
 
 def _window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
     """HF's sliding window as the kernel's ``(left, right)``: causal ``kv > q − W`` (W − 1 keys back),
-    bidirectional ``|q − kv| ≤ W``."""
+    bidirectional ``|q − kv| < W`` (Gemma 3's ``use_bidirectional_attention``: W − 1 keys either way)."""
     if not sliding_window:
         return None
-    return (sliding_window - 1, 0) if causal else (sliding_window, sliding_window)
+    return (sliding_window - 1, 0) if causal else (sliding_window - 1, sliding_window - 1)
+
+
+def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
+    """The dtype autocast gives attention on ``t``'s device (SDPA is on its lower-precision list), or None."""
+    kind = t.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
 
 
 def _dense_mask(query: torch.Tensor, key: torch.Tensor, causal: bool, window: tuple[int, int] | None,
@@ -156,9 +186,11 @@ def _dense_mask(query: torch.Tensor, key: torch.Tensor, causal: bool, window: tu
     return allowed[:, None]
 
 
-def _torch_attention(module, query, key, value, attention_mask, *, dropout, scaling, softcap, **kwargs):
-    """SDPA, or the family's eager attention where SDPA cannot do it (soft-capping) or the model was on eager."""
-    if softcap is None and getattr(module, "_kernelworks_fallback", "sdpa") == "sdpa":
+def _torch_attention(module, query, key, value, attention_mask, *, dropout, scaling, softcap, weights=False,
+                     **kwargs):
+    """SDPA, or the family's eager attention where SDPA cannot do it (soft-capping, the weights asked for) or the
+    model was on eager."""
+    if softcap is None and not weights and getattr(module, "_kernelworks_fallback", "sdpa") == "sdpa":
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     eager = sys.modules[type(module).__module__].eager_attention_forward
@@ -196,8 +228,15 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     window = _window(sliding_window, causal)
     batch, heads, seq_q, dim = query.shape
-    reason = "padding in the attention mask is not in the kernel; those calls stay on torch" \
-        if attention_mask is not None else _unsupported(module, query, dropout)
+    low = _autocast_dtype(query)
+    if low is not None:  # an fp32 model under autocast: q and k leave fp32 norms and rotary, v a bf16 Linear
+        query, key, value = query.to(low), key.to(low), value.to(low)
+    weights = bool(kwargs.pop(WEIGHTS_KWARG, False))
+    reason = ("an attention mask (padding, or a static cache longer than the tokens written) is not in the "
+              "kernel; those calls stay on torch") if attention_mask is not None else \
+        _unsupported(module, query, dropout)
+    if weights:
+        reason = "output_attentions: the kernel forms no attention weights; those calls run eager attention"
     packed = kwargs.pop(PACKED_KWARG, None)
     varlen = _varlen_args(kwargs, batch, seq_q, key.shape[2]) if attention_mask is None and packed is not False \
         else None
@@ -207,7 +246,7 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
             attention_mask = _dense_mask(query, key, causal, window, _starts(varlen, batch, seq_q))
         kwargs.pop("position_ids", None)
         return _torch_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                softcap=softcap, is_causal=False, **kwargs)
+                                softcap=softcap, weights=weights, is_causal=False, **kwargs)
     options = {"causal": causal, "softmax_scale": scaling, "window": window, "softcap": softcap}
     if varlen is None:
         out = kernelworks.flash_attention(query, key, value, layout="bhsd", **options)

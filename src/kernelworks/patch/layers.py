@@ -54,7 +54,7 @@ def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     glu, approximate = self._kw_glu
     gate_proj, up_proj, down_proj = self.gate_proj, self.up_proj, self.down_proj
     if (_plain_linear(gate_proj) and _plain_linear(up_proj) and _plain_linear(down_proj)
-            and gate_proj.weight.dtype == x.dtype and not torch.is_autocast_enabled()):
+            and gate_proj.weight.dtype == x.dtype and not torch.is_autocast_enabled(x.device.type)):
         return kernelworks.gated_mlp(x, gate_proj.weight, up_proj.weight, down_proj.weight, activation=glu,
                                      approximate=approximate or "tanh")
     gate, up = gate_proj(x), up_proj(x)
@@ -113,6 +113,12 @@ def _with_cache(cache, kwargs: dict) -> dict:
 # ------------------------------------------------------------------------------------------- decoder layers
 
 
+def _as_residual(branch: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The branch in the residual stream's dtype: under autocast an fp32 model's stream stays fp32 while its
+    Linear outputs are 16-bit, and HF's ``residual + branch`` promotes to fp32; the fused add does the same."""
+    return branch if branch.dtype == residual.dtype else branch.to(torch.promote_types(branch.dtype, residual.dtype))
+
+
 def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                         position_ids: torch.LongTensor | None = None, past_key_values=None,
                         use_cache: bool | None = False,
@@ -134,8 +140,8 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
                                           position_ids=position_ids, use_cache=use_cache,
                                           position_embeddings=position_embeddings, **kwargs)
     norm = self.post_attention_layernorm
-    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual,
-                                                   offset=self._kw_offset)
+    hidden_states, residual = kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight,
+                                                   norm_eps(norm), residual=residual, offset=self._kw_offset)
     hidden_states = self.mlp(hidden_states)
     if isinstance(hidden_states, tuple):  # MoE blocks of some versions return (hidden, router logits)
         hidden_states = hidden_states[0]
@@ -155,8 +161,8 @@ def gemma_layer_forward(self, hidden_states: torch.Tensor,
                                       **_with_cache(past_key_values, kwargs))
     hidden_states = self.post_attention_layernorm(hidden_states)
     norm = self.pre_feedforward_layernorm
-    hidden_states, residual = kernelworks.rms_norm(hidden_states, norm.weight, norm_eps(norm), residual=residual,
-                                                   offset=1.0)
+    hidden_states, residual = kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight,
+                                                   norm_eps(norm), residual=residual, offset=1.0)
     hidden_states = self.post_feedforward_layernorm(self.mlp(hidden_states))
     return residual + hidden_states
 
@@ -276,6 +282,8 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
         packed = attention.packed_positions(position_ids, kwargs.get(CACHE_NAME), kwargs)
         if packed is not None:
             kwargs[attention.PACKED_KWARG] = packed
+        if kwargs.get("output_attentions", self.config.output_attentions):
+            kwargs[attention.WEIGHTS_KWARG] = True
     moe = hasattr(self.config, "output_router_logits")
     if moe:
         if output_router_logits is None:
