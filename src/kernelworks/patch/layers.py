@@ -282,7 +282,8 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
         packed = attention.packed_positions(position_ids, kwargs.get(CACHE_NAME), kwargs)
         if packed is not None:
             kwargs[attention.PACKED_KWARG] = packed
-        if kwargs.get("output_attentions", self.config.output_attentions):
+        weights = kwargs.get("output_attentions")
+        if weights or (weights is None and getattr(self.config, "output_attentions", False)):
             kwargs[attention.WEIGHTS_KWARG] = True
     moe = hasattr(self.config, "output_router_logits")
     if moe:

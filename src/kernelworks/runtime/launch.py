@@ -275,7 +275,7 @@ def _run_fitting(kernel: triton.JITFunction, grid: tuple[int, ...], args: tuple,
     is what sizes a tiled kernel's buffers; tiles, warps and results stay those of the plan. Triton raises
     before anything is launched, so a retry is safe."""
     key = (kernel, num_warps, device, *constexprs.items())
-    fitted = _FITTED.get(key)
+    fitted = None if _exact.get() else _FITTED.get(key)
     options = constexprs if fitted is None else {**constexprs, "num_stages": fitted}
     while True:
         try:
@@ -309,6 +309,9 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
     device = _current_device()
     key = (kernel, num_warps, device, *constexprs.items(), *_spec_key(args))
     hit = _COMPILED.get(key)
+    if hit is not None and _FITTED and _exact.get() and \
+            hit[0].metadata.num_stages != constexprs.get("num_stages", TRITON_DEFAULT_STAGES):
+        hit = None  # compiled with fewer stages to fit this GPU: a forced plan runs as named or raises
     recorder = _observer
     if recorder is not None and recorder.thread != get_ident():
         recorder = None  # another thread's recording: this launch is not part of it
