@@ -36,9 +36,14 @@ def _grads(fn, tensors, grad_y, **options):
     return out.detach(), grads
 
 
+@pytest.mark.parametrize("blocked", [False, True], ids=["one-block", "blocked"])
 @pytest.mark.parametrize(("activation", "approximate"), [("swiglu", "tanh"), ("geglu", "tanh"), ("geglu", "none")])
 @pytest.mark.parametrize("tokens", [(TOKENS,), (2, 3)], ids=["2d", "3d"])
-def test_matches_composition(activation, approximate, tokens):
+def test_matches_composition(activation, approximate, tokens, blocked, monkeypatch):
+    """Both backward paths: the whole intermediate at once (small temporaries, the tiny shapes' default) and
+    blocks of the layer's width with grad_x summed in fp32 (``ONE_BLOCK_BYTES`` 0 forces them here)."""
+    if blocked:
+        monkeypatch.setattr(mlp, "ONE_BLOCK_BYTES", 0)
     tensors = _inputs(tokens=tokens)
     grad_y = torch.randn(*tokens, HIDDEN, device=DEVICE)
     out, grads = _grads(kw.gated_mlp, tensors, grad_y, activation=activation, approximate=approximate)
@@ -84,20 +89,30 @@ def _token_contractions(monkeypatch, grad) -> int:
     x, wg, wu, wd = _inputs(grad=grad)
     calls = []
     real_mm = torch.mm
-    monkeypatch.setattr(mlp.torch, "mm", lambda a, b, **kw_: calls.append(a.shape[1]) or real_mm(a, b, **kw_))
-    kw.gated_mlp(x, wg, wu, wd).sum().backward()
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        patched.setattr(mlp.torch, "mm", lambda a, b, **kw_: calls.append(a.shape[1]) or real_mm(a, b, **kw_))
+        kw.gated_mlp(x, wg, wu, wd).sum().backward()
     return sum(k == TOKENS for k in calls)
 
 
+def test_backward_blocks_only_large_temporaries():
+    """One step over the intermediate dimension where a ``[tokens, inner]`` temporary is small (the issue's
+    small model: hidden 1024, intermediate 2816, 8192 tokens, 46 MB); blocks of the layer's width where it is
+    not (Llama-3-8B at 8192 tokens: 235 MB, four blocks of 4096)."""
+    assert mlp.inner_block(8192, 1024, 2816, 2) == 2816
+    assert mlp.inner_block(8192, 4096, 14336, 2) == 4096
+    assert mlp.inner_block(8192, 4096, 14336, 2) * 8192 * 2 <= mlp.ONE_BLOCK_BYTES < 8192 * 14336 * 2
+
+
 def test_frozen_weights_get_no_gradient_and_no_gemm(monkeypatch):
+    monkeypatch.setattr(mlp, "ONE_BLOCK_BYTES", 0)  # the blocked backward: its weight GEMMs counted per block
     x, wg, wu, wd = _inputs(grad=(True, False, False, False))
     kw.gated_mlp(x, wg, wu, wd).sum().backward()
     assert wg.grad is None and wu.grad is None and wd.grad is None and x.grad is not None
     ref = _inputs(grad=(True, False, False, False))
     reference.gated_mlp(*ref).sum().backward()
     torch.testing.assert_close(x.grad, ref[0].grad, rtol=1e-5, atol=1e-5)
-    blocks = -(-INNER // mlp.inner_block(HIDDEN, INNER))
+    blocks = -(-INNER // mlp.inner_block(TOKENS, HIDDEN, INNER, 4))
     assert blocks > 1  # the tiny shapes walk several blocks, so the blocked backward is what is tested
     assert _token_contractions(monkeypatch, (True, False, False, False)) == 0
     assert _token_contractions(monkeypatch, (True, True, False, True)) == 2 * blocks

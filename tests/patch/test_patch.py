@@ -343,6 +343,22 @@ def test_static_cache_generation_matches(family):
     assert torch.equal(new, reference.generate(prompt, **kwargs))
 
 
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_training_with_labels_builds_no_cache_unless_asked(family):
+    """A training forward with labels fills no KV cache by default (HF builds one every step from
+    ``config.use_cache``); ``use_cache=True`` still gets one. The loss is the same either way."""
+    from kernelworks.patch.layers import CACHE_NAME
+
+    model, _ = _pair(family)
+    kernelworks.patch(model)
+    model.train()
+    ids = _ids()
+    plain = model(ids, labels=ids)
+    asked = model(ids, labels=ids, use_cache=True)
+    assert getattr(plain, CACHE_NAME) is None and getattr(asked, CACHE_NAME) is not None
+    torch.testing.assert_close(plain.loss, asked.loss, **TOL)
+
 def test_gemma3_bidirectional_sliding_window():
     """Gemma 3's bidirectional local layers see keys with ``|q − kv| < W`` (W − 1 either way, not W)."""
     config = _config("gemma3_text")

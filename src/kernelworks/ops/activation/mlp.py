@@ -7,7 +7,8 @@ activation's and the projections' gradients) and ``h = f(gate)·up`` (for ``down
 them, so this op saves only x, gate and up and recomputes ``h`` at the start of the backward: a quarter less
 activation memory in the MLP (235 MB a layer at 8192 tokens of Llama-3-8B, bf16), for one extra pass over
 ``gate`` and ``up``. The backward walks the intermediate dimension in blocks about as wide as the layer
-(:func:`inner_block`), so the rebuilt ``h`` and the activation's gradients exist a block at a time.
+(:func:`inner_block`; one block where the temporaries are small), so the rebuilt ``h`` and the activation's
+gradients exist a block at a time.
 
 The GEMMs are cuBLAS's (``torch.mm``, fp32 accumulation); the activation and its gradient are the family's
 kernels (``kernels.py``). A gradient nobody needs is not computed: frozen weights (adapters, fine-tuning a
@@ -52,10 +53,20 @@ GRAD_X_ACCUM = torch.float32
 bfloat16). The backward body reads it, so change it only under ``kernelworks.runtime.replay.paused()``."""
 
 
-def inner_block(hidden: int, inner: int) -> int:
-    """Intermediate columns per step of the backward: the layer's width rounded up to a multiple of 8
-    (16-byte aligned 16-bit views), so that each step's temporaries, ``[tokens, block]``, are about the size
-    of ``x`` (4096 of Llama-3-8B's 14336: four steps)."""
+ONE_BLOCK_BYTES = 64 << 20
+"""A ``[tokens, intermediate]`` temporary up to this size is not worth blocking: the backward takes the whole
+intermediate dimension in one step. Each block costs about eight launches and, past one block, an fp32
+accumulator for ``grad_x``; on a small model (hidden 1024, 8192 tokens: three blocks) that host time is what
+the training step waits on, while the temporaries blocking saves are ~60 MB."""
+
+
+def inner_block(tokens: int, hidden: int, inner: int, itemsize: int) -> int:
+    """Intermediate columns per step of the backward: all of them when a ``[tokens, inner]`` temporary of
+    ``itemsize``-byte elements fits :data:`ONE_BLOCK_BYTES`; else the layer's width rounded up to a multiple of
+    8 (16-byte aligned 16-bit views), so that each step's temporaries, ``[tokens, block]``, are about the size
+    of ``x`` (4096 of Llama-3-8B's 14336 at 8192 tokens: four steps)."""
+    if tokens * inner * itemsize <= ONE_BLOCK_BYTES:
+        return inner
     return min(inner, -(-hidden // 8) * 8)
 
 
@@ -76,7 +87,7 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
     n, hidden = x.shape
     inner = gate.shape[1]
     none = x.new_empty(0)
-    block = inner_block(hidden, inner)
+    block = inner_block(n, hidden, inner, x.element_size())
     need_h = need_x or need_gate_weight or need_up_weight
     grad_gate_weight = empty(gate_weight.shape, dtype=x.dtype, device=x.device) if need_gate_weight else none
     grad_up_weight = empty(up_weight.shape, dtype=x.dtype, device=x.device) if need_up_weight else none
