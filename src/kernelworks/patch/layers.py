@@ -271,11 +271,11 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
                       inputs_embeds: torch.Tensor | None = None, labels: torch.LongTensor | None = None,
                       use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
                       output_router_logits: bool | None = None, **kwargs) -> CausalLMOutputWithPast:
-    """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never
-    exist; ``logits=None`` as Liger does), and no KV cache built unless ``use_cache=True`` is passed. Otherwise the logits as HF computes them (final soft-capping
-    included), and with labels the loss from them through :func:`kernelworks.cross_entropy`. A
-    mixture-of-experts model (its config has ``output_router_logits``) returns HF's MoE output: with router
-    logits asked for, the load-balancing loss as ``aux_loss``, added to the loss times
+    """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never exist;
+    ``logits=None`` as Liger does), and no KV cache built unless ``use_cache=True`` is passed. Otherwise the logits
+    as HF computes them (final soft-capping included), and with labels the loss from them through
+    :func:`kernelworks.cross_entropy`. A mixture-of-experts model (its config has ``output_router_logits``) returns
+    HF's MoE output: with router logits asked for, the load-balancing loss as ``aux_loss``, added to the loss times
     ``router_aux_loss_coef``."""
     kwargs = _with_cache(past_key_values, kwargs)
     if use_cache is None and labels is not None and self.training and CACHE_NAME not in kwargs:
