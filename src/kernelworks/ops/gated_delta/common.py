@@ -31,7 +31,8 @@ G_FLOOR = tl.constexpr(-100.0)
 reset as ``g = −inf`` is in the recurrence to 30 digits. The floor is a trade: the cumulative ``G`` of
 the tokens after a reset sits near −100, where fp32's spacing (7.6e-6) is the error of the decay
 differences ``G_i − G_j`` between them (~1e-5 relative in an fp32 result: −160, an exact fp32 zero, would
-double it); between tokens with no reset in between, G is as precise as ever."""
+double it); between tokens with no reset in between, G is as precise as ever. (The fp32 kernels take G's sums in
+fp64, :func:`chunk_decays`, so there the difference is exact to fp32 either way.)"""
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 
@@ -41,6 +42,26 @@ def log2_gate(b_g):
     """Per-token log2 decay ``g·log2(e)`` in fp32, floored at :data:`G_FLOOR` (NaN kept)."""
     b_g = b_g.to(tl.float32) * LOG2E
     return tl.where(b_g < G_FLOOR, G_FLOOR, b_g)
+
+
+@triton.jit
+def chunk_decays(b_g):
+    """A chunk's log2 decays from its per-token log2 gates ``b_g [C]``: ``(G [C], G_C, G_s − G_r [C, C],
+    G_C − G_s [C])``, fp32, G the cumulative sum within the chunk.
+
+    Only differences of G enter the math, and those are small where they matter (a ratio ``2^(G_s − G_r)``
+    underflows past ~126), but G itself grows with the chunk: with saturated gates (g ≈ −30 a token, ~−43 in
+    log2) it reaches ~−700 in 16 tokens, where an fp32 ulp is 6e-5, so differences of fp32 cumulative sums
+    carried ~4e-5 relative error into every decay factor (``kw check``'s fp32 saturated-gate case, session 16).
+    The sums are taken in fp64 and the [C, C] differences formed from an fp32 hi/lo split of them (two fp32
+    subtractions instead of one; nothing [C, C] is held in fp64), so each difference is exact to fp32's own
+    rounding of it. The fp32 kernels use this; the 16-bit ones round far coarser elsewhere."""
+    b_G64 = tl.cumsum(b_g.to(tl.float64), axis=0)
+    b_last64 = tl.sum(b_g.to(tl.float64), axis=0)
+    b_G = b_G64.to(tl.float32)
+    b_lo = (b_G64 - b_G.to(tl.float64)).to(tl.float32)
+    b_dG = (b_G[:, None] - b_G[None, :]) + (b_lo[:, None] - b_lo[None, :])
+    return b_G, b_last64.to(tl.float32), b_dG, (b_last64 - b_G64).to(tl.float32)
 
 
 @triton.jit

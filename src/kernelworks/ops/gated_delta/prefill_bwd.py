@@ -27,7 +27,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gated_delta.common import log2_gate, sequence_bounds, sequence_offsets, zero_gaps
+from kernelworks.ops.gated_delta.common import (
+    chunk_decays,
+    log2_gate,
+    sequence_bounds,
+    sequence_offsets,
+    zero_gaps,
+)
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -125,9 +131,8 @@ def _chunk_states_kernel(
         b_g = log2_gate(tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0))
         b_beta = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
-        b_G = tl.cumsum(b_g, axis=0)
-        b_G_last = tl.sum(b_g, axis=0)
-        b_D = tl.exp2(tl.where(m_lower, b_G[:, None] - b_G[None, :], 0.0))
+        b_G, b_G_last, b_dG, b_G_rest = chunk_decays(b_g)
+        b_D = tl.exp2(tl.where(m_lower, b_dG, 0.0))
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION)
         b_A = tl.where(m_lower, b_kk * b_D * b_beta[:, None], 0.0)
         b_T = _ut_inverse(b_A, o_c, CHUNK).to(DT)
@@ -135,7 +140,7 @@ def _chunk_states_kernel(
         b_wk = tl.dot(b_T, (b_k * (b_beta * b_gamma)[:, None]).to(DT), input_precision=DOT_PRECISION).to(DT)
         b_u = tl.dot(b_T, (b_v * b_w[:, None]).to(DT), input_precision=DOT_PRECISION)
         b_u = (b_u - _dot_f32(b_wk, tl.trans(b_s), SPLIT_STATE, DOT_PRECISION)).to(DT)
-        b_kd = (b_k * tl.exp2(b_G_last - b_G)[:, None]).to(DT)
+        b_kd = (b_k * tl.exp2(b_G_rest)[:, None]).to(DT)
         b_s = tl.dot(tl.trans(b_u), b_kd, b_s * tl.exp2(b_G_last), input_precision=DOT_PRECISION)
 
 
@@ -259,9 +264,7 @@ def _gated_delta_prefill_bwd_kernel(
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
 
         # ---- recompute the forward's chunk quantities (same operations as the state kernel)
-        b_G = tl.cumsum(b_g, axis=0)                 # log2 units
-        b_G_last = tl.sum(b_g, axis=0)
-        b_dG2 = b_G[:, None] - b_G[None, :]
+        b_G, b_G_last, b_dG2, b_G_rest = chunk_decays(b_g)  # log2 units
         b_Ds = tl.where(m_lower, tl.exp2(tl.where(m_lower, b_dG2, 0.0)), 0.0)    # e^{G_s−G_r}, s > r
         b_Dc = tl.where(m_causal, tl.exp2(tl.where(m_causal, b_dG2, 0.0)), 0.0)  # t ≥ s
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION)
@@ -270,7 +273,7 @@ def _gated_delta_prefill_bwd_kernel(
         b_T = _ut_inverse(b_A, o_c, CHUNK).to(DT)
         b_gamma = tl.exp2(b_G)
         b_gl = tl.exp2(b_G_last)
-        b_e = tl.exp2(b_G_last - b_G)                # e^{G_C − G_s}
+        b_e = tl.exp2(b_G_rest)                      # e^{G_C − G_s}
         b_Y = (b_k * (b_beta * b_gamma)[:, None]).to(DT)
         b_X = (b_v * b_w[:, None]).to(DT)
         b_W = tl.dot(b_T, b_Y, input_precision=DOT_PRECISION).to(DT)

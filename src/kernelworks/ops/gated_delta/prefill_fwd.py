@@ -26,7 +26,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gated_delta.common import causal_dot, log2_gate, sequence_bounds, sequence_offsets, zero_gaps
+from kernelworks.ops.gated_delta.common import (
+    causal_dot,
+    chunk_decays,
+    log2_gate,
+    sequence_bounds,
+    sequence_offsets,
+    zero_gaps,
+)
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
@@ -113,9 +120,8 @@ def _gated_delta_prefill_fwd_kernel(
         b_g = log2_gate(tl.load(p_g + o_t * s_gt, mask=m_t, other=0.0))
         b_beta = tl.load(p_beta + o_t * s_bt, mask=m_t, other=0.0).to(tl.float32)
         b_w = tl.load(p_w + o_t * s_wt, mask=m_t, other=0.0).to(tl.float32) if HAS_W else b_beta
-        b_G = tl.cumsum(b_g, axis=0)          # log2 of the decay since the chunk start, fp32, ≤ 0
-        b_G_last = tl.sum(b_g, axis=0)
-        b_dG = b_G[:, None] - b_G[None, :]
+        # log2 of the decay since the chunk start (≤ 0), of the chunk, between tokens, to the chunk's end
+        b_G, b_G_last, b_dG, b_G_rest = chunk_decays(b_g)
 
         # A = strictly-lower(β_s k_s·k_r e^{G_s − G_r}); the exponent masked before exp2 (upper: > 0)
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION)
@@ -152,7 +158,7 @@ def _gated_delta_prefill_fwd_kernel(
         b_o = causal_dot(b_p, b_u, b_o, DOT_PRECISION)
         tl.store(p_o + o_t[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
         # S_C = γ_C S₀ + Uᵀ (e^{G_C − G} ⊙ K)
-        b_kd = (b_k * tl.exp2(b_G_last - b_G)[:, None]).to(DT)
+        b_kd = (b_k * tl.exp2(b_G_rest)[:, None]).to(DT)
         b_s = tl.dot(tl.trans(b_u), b_kd, b_s * tl.exp2(b_G_last), input_precision=DOT_PRECISION)
 
     if STORE_HT:
