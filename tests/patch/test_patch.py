@@ -359,6 +359,27 @@ def test_training_with_labels_builds_no_cache_unless_asked(family):
     assert getattr(plain, CACHE_NAME) is None and getattr(asked, CACHE_NAME) is not None
     torch.testing.assert_close(plain.loss, asked.loss, **TOL)
 
+
+@pytest.mark.parametrize("old_signature", [False, True], ids=["q_offset", "cache_position"])
+def test_mask_sees_a_static_buffer_in_either_mask_signature(monkeypatch, old_signature):
+    """The mask function decides "the queries end the keys" from ``q_offset``/``q_length`` (transformers 5.1x on)
+    or from ``cache_position`` (the first 5.x releases): a dynamic cache's 3 new tokens after 5 end the 8 keys, a
+    static buffer of 16 does not."""
+    from kernelworks.patch import attention
+
+    if old_signature:
+        monkeypatch.setattr(attention, "_MASK_PARAMS", ("batch_size", "cache_position", "kv_length", "kv_offset"))
+
+    def sizes(kv_length):
+        if old_signature:
+            return {"batch_size": 1, "cache_position": torch.arange(5, 8), "kv_length": kv_length, "kv_offset": 0}
+        return {"batch_size": 1, "q_length": 3, "kv_length": kv_length, "q_offset": 5, "kv_offset": 0}
+
+    assert attention._queries_end_the_keys((), sizes(8))
+    assert not attention._queries_end_the_keys((), sizes(16))
+    positional = tuple(sizes(16).values())  # the same, passed by position
+    assert not attention._queries_end_the_keys(positional, {})
+
 def test_gemma3_bidirectional_sliding_window():
     """Gemma 3's bidirectional local layers see keys with ``|q − kv| < W`` (W − 1 either way, not W)."""
     config = _config("gemma3_text")
