@@ -207,6 +207,24 @@ def test_inplace_backward_refuses_to_corrupt_a_saved_tensor():
         loss.backward()
 
 
+
+def test_inplace_backward_on_overlapping_rows_takes_a_buffer():
+    """An expanded row (row stride 0: every row the same memory) has unit column stride but rows that overlap:
+    writing each row's gradient over it would let later rows read earlier rows' gradients as logits (a wrong
+    loss and gradient; on a GPU a race). Such logits get a buffer; the loss, the gradient and the caller's
+    tensor are those of the ordinary call."""
+    row, t = _logits(1, 11, torch.float32)[0], torch.tensor([0, 3, 5, 7], device=DEVICE)
+    want_leaf = row.clone().requires_grad_(True)
+    want = cross_entropy(want_leaf.expand(4, 11), t)
+    want.backward()
+    leaf = row.clone().requires_grad_(True)
+    before = leaf.detach().clone()
+    loss = cross_entropy(leaf.expand(4, 11), t, inplace_backward=True)
+    loss.backward()
+    torch.testing.assert_close(loss, want, rtol=0, atol=0)
+    torch.testing.assert_close(leaf.grad, want_leaf.grad, rtol=0, atol=0)
+    assert torch.equal(leaf.detach(), before)
+
 def test_inplace_backward_on_a_strided_last_dim_falls_back():
     x = _logits(33, 5, torch.float32).t()  # column stride 5: as_rows copies, logits stay untouched
     t = _target(5, 33)

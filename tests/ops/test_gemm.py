@@ -428,6 +428,26 @@ def test_fp8_bad_input(kwargs, exc, name):
         fp8_matmul(**kw)
 
 
+@pytest.mark.parametrize("m,k,n,shape_a,shape_b", [(4, 64, 256, (4, 1), (2, 1)), (4, 200, 2, (4, 2), (1, 2))],
+                         ids=["K-one-block", "N-two"])
+def test_fp8_block_scales_that_also_read_per_row(m, k, n, shape_a, shape_b):
+    """Block scales whose shape is also a per-row one (``[M, 1]`` when K ≤ 128; b's ``[1, 2]`` for N = 2 and
+    K ≤ 256) are read as blocks beside an unambiguous block scale: accepted (they were refused as "not
+    together"), and on a GPU equal to the reference, which reads them the same way."""
+    a, b = _fp8(m, k), _fp8(n, k).t()
+    scale_a = torch.rand(shape_a, device=DEVICE) + 0.5
+    scale_b = torch.rand(shape_b, device=DEVICE) + 0.5
+    exact = reference.fp8_matmul(a, b, scale_a.double(), scale_b.double())
+    by_hand = (a.double() * scale_a.double().repeat_interleave(128, 1)[:, :k]) @ \
+        (b.double() * scale_b.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k].t())
+    torch.testing.assert_close(exact, by_hand)
+    if not torch.cuda.is_available():  # validation passed: the refusal is the interpreter's, not the scales'
+        with pytest.raises(NotImplementedError, match="compute capability"):
+            fp8_matmul(a, b, scale_a, scale_b)
+        return
+    torch.testing.assert_close(fp8_matmul(a, b, scale_a, scale_b, out_dtype=torch.float32).double(), exact,
+                               rtol=2e-2, atol=2e-2)
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no fp8 GPU is present")
 def test_fp8_refused_under_the_interpreter():
     with pytest.raises(NotImplementedError, match="compute capability"):

@@ -367,8 +367,8 @@ def test_mask_sees_a_static_buffer_in_either_mask_signature(monkeypatch, old_sig
     static buffer of 16 does not."""
     from kernelworks.patch import attention
 
-    if old_signature:
-        monkeypatch.setattr(attention, "_MASK_PARAMS", ("batch_size", "cache_position", "kv_length", "kv_offset"))
+    monkeypatch.setattr(attention, "_MASK_PARAMS", ("batch_size", "cache_position", "kv_length", "kv_offset")
+                        if old_signature else ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset"))
 
     def sizes(kv_length):
         if old_signature:

@@ -177,7 +177,8 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
              reduction: str, z_loss: float, softcap: float | None, compute_grad: bool,
              inplace: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, dlogits)``; ``dlogits`` is empty when ``compute_grad`` is False, and also when ``inplace``
-    wrote it over ``logits`` (only where ``logits`` has unit column stride; otherwise it gets a buffer)."""
+    wrote it over ``logits`` (only where ``logits`` has unit column stride and rows that do not overlap;
+    otherwise it gets a buffer)."""
     x = as_rows(logits)
     t = target.reshape(-1)
     n_rows, n_cols = x.shape
@@ -187,7 +188,8 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
     grad = logits.new_empty(0)
     dx = None
     if compute_grad:
-        if inplace and x.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr():
+        if inplace and x.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr() and \
+                (n_rows <= 1 or x.stride(0) >= n_cols):  # rows that overlap (an expanded view) get a buffer
             dx = x
             # Whatever else saved logits for its backward must now fail loudly, not read gradients.
             torch.autograd.graph.increment_version(logits)
@@ -266,7 +268,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
             one ``[N, V]`` buffer (~2 GB for 8192 × 128k bf16), as Liger does. ``logits`` then holds the
             gradient after the call: do not read it again, and nothing else may need it for its own backward
             (its version counter is bumped, so autograd raises if something does). Eager mode only, and only
-            when ``logits`` has unit column stride; otherwise ignored. Default False.
+            when ``logits`` has unit column stride and rows that do not overlap (not an expanded view);
+            otherwise ignored. Default False.
         loss_dtype: dtype of the returned loss: None (default) for float32, or a ``torch.dtype`` (or its
             name), e.g. ``logits.dtype`` for torch's behaviour. A bf16 loss near 10.56 moves in steps of
             0.0625, so a training curve printed from it stands still. The gradient is in ``logits``' dtype

@@ -127,6 +127,13 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
         raise TypeError(f"out_dtype: expected one of float32, float16, bfloat16, got {out_dtype}")
     mode_a = scale_mode("scale_a", scale_a, m, k, block_rows=m)
     mode_b = scale_mode("scale_b", scale_b, n, k, block_rows=_cdiv(n, SCALE_BLOCK))
+    # A block shape can also read as a per-row one ([M, 1] when K ≤ 128, [1, 2] for b with N = 2 and K ≤ 256):
+    # block scales go together, so beside a block scale that is unambiguously one, the other is read as blocks
+    blocks_a, blocks_b = (m, _cdiv(k, SCALE_BLOCK)), (_cdiv(n, SCALE_BLOCK), _cdiv(k, SCALE_BLOCK))
+    if mode_b == 3 and mode_a != 3 and tuple(scale_a.shape) == blocks_a:
+        mode_a = 3
+    if mode_a == 3 and mode_b != 3 and tuple(scale_b.shape) == blocks_b:
+        mode_b = 3
     if (mode_a == 3) != (mode_b == 3):
         raise ValueError(f"scale_a, scale_b: block scales go together (1×128 for a, 128×128 for b); got "
                          f"shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}")

@@ -60,15 +60,21 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     n = b.shape[1]
     af, bf = a.to(work), b.to(work)
     sa, sb = scale_a.to(work), scale_b.to(work)
+    kb = -(-k // 128)
+    # a block shape can also read as a per-row one ([M, 1] for K ≤ 128, b's [1, 2] for N = 2): block scales go
+    # together, so beside an unambiguous block scale the other is read as blocks (as the op does)
+    rows_a = sa.numel() > 1 and tuple(sa.shape) in ((m,), (m, 1), (1, m))
+    cols_b = sb.numel() > 1 and tuple(sb.shape) in ((n,), (n, 1), (1, n))
+    blocks = (tuple(sa.shape) == (m, kb) and not rows_a) or (tuple(sb.shape) == (-(-n // 128), kb) and not cols_b)
     if sa.numel() == 1:
         af = af * sa.reshape(())
-    elif sa.dim() == 1 or tuple(sa.shape) == (m, 1):  # per row
+    elif rows_a and not blocks:  # per row
         af = af * sa.reshape(-1, 1)
     else:  # [M, K/128] → per element
         af = af * sa.repeat_interleave(128, dim=1)[:, :k]
     if sb.numel() == 1:
         bf = bf * sb.reshape(())
-    elif sb.dim() == 1 or tuple(sb.shape) == (1, n):  # per column
+    elif cols_b and not blocks:  # per column
         bf = bf * sb.reshape(1, -1)
     else:  # [N/128, K/128] → per element of b [K, N]
         bf = bf * sb.repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k].t()
