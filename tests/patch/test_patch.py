@@ -360,25 +360,21 @@ def test_training_with_labels_builds_no_cache_unless_asked(family):
     torch.testing.assert_close(plain.loss, asked.loss, **TOL)
 
 
-@pytest.mark.parametrize("old_signature", [False, True], ids=["q_offset", "cache_position"])
-def test_mask_sees_a_static_buffer_in_either_mask_signature(monkeypatch, old_signature):
-    """The mask function decides "the queries end the keys" from ``q_offset``/``q_length`` (transformers 5.1x on)
-    or from ``cache_position`` (the first 5.x releases): a dynamic cache's 3 new tokens after 5 end the 8 keys, a
-    static buffer of 16 does not."""
+def test_mask_sees_a_static_buffer():
+    """The mask function decides "the queries end the keys" from ``q_offset`` / ``q_length`` against the keys, by
+    keyword or by position: a dynamic cache's 3 new tokens after 5 end its 8 keys, a static buffer of 16 does
+    not; a tensor offset (a static cache's) counts as not ending, with no host read."""
     from kernelworks.patch import attention
 
-    monkeypatch.setattr(attention, "_MASK_PARAMS", ("batch_size", "cache_position", "kv_length", "kv_offset")
-                        if old_signature else ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset"))
-
-    def sizes(kv_length):
-        if old_signature:
-            return {"batch_size": 1, "cache_position": torch.arange(5, 8), "kv_length": kv_length, "kv_offset": 0}
-        return {"batch_size": 1, "q_length": 3, "kv_length": kv_length, "q_offset": 5, "kv_offset": 0}
+    def sizes(kv_length, q_offset=5):
+        return {"batch_size": 1, "q_length": 3, "kv_length": kv_length, "q_offset": q_offset, "kv_offset": 0}
 
     assert attention._queries_end_the_keys((), sizes(8))
     assert not attention._queries_end_the_keys((), sizes(16))
-    positional = tuple(sizes(16).values())  # the same, passed by position
-    assert not attention._queries_end_the_keys(positional, {})
+    assert not attention._queries_end_the_keys(tuple(sizes(16).values())[:attention._MASK_PARAMS.index(
+        "kv_offset") + 1], {})
+    assert not attention._queries_end_the_keys((), sizes(8, q_offset=torch.tensor(5)))
+
 
 def test_gemma3_bidirectional_sliding_window():
     """Gemma 3's bidirectional local layers see keys with ``|q − kv| < W`` (W − 1 either way, not W)."""
@@ -617,6 +613,17 @@ def test_model_on_the_cpu_of_a_gpu_machine_stays_on_torch():
         out = model(ids).logits
     with torch.no_grad():
         torch.testing.assert_close(out, reference(ids).logits, **TOL)
+
+
+def test_an_older_transformers_is_refused(monkeypatch):
+    """The patch reaches into transformers' internals; below the oldest tested release it says so (the floor
+    raised past the installed version stands in for an old install)."""
+    from kernelworks.patch import api
+
+    model, _ = _pair()
+    monkeypatch.setattr(api, "MIN_TRANSFORMERS", (99, 0))
+    with pytest.raises(ImportError, match=r"transformers >= 99\.0"):
+        kernelworks.patch(model)
 
 
 def test_unsupported_family_raises():

@@ -176,6 +176,23 @@ def _mixer_cache_kwarg(layer: nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(type(mixer).forward).parameters else "cache_params"
 
 
+MIN_TRANSFORMERS = (5, 16)
+"""The oldest transformers the patch is tested with (its tests pass on 5.16, 5.17 and 5.24). Earlier 5.x releases
+differ where the patch reaches in: 5.0 has no ``get_interface`` on the attention registry; 5.1 passes the mask
+functions ``cache_position`` (its static-cache and packing tests fail); 5.4–5.12 build Qwen3-Next's layers
+otherwise (its nine tests fail); 5.14's test environment did not install (a tokenizers pin)."""
+
+
+def _check_transformers() -> None:
+    import transformers
+
+    found = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
+    if found < MIN_TRANSFORMERS:
+        floor = ".".join(map(str, MIN_TRANSFORMERS))
+        raise ImportError(f"kernelworks.patch needs transformers >= {floor}, found {transformers.__version__}: "
+                          f"pip install -U 'transformers>={floor}'")
+
+
 def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bool = True, attention: bool = True,
           linear_attention: bool = True, loss: bool = True, loss_accum_dtype: torch.dtype | None = None,
           strict: bool = True) -> nn.Module:
@@ -189,7 +206,8 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
 
     Args:
         model: a ``*ForCausalLM`` or base ``*Model`` of Llama 3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2,
-            Gemma 3 (text), Qwen3-MoE, Mixtral or Qwen3-Next from transformers ≥ 5.
+            Gemma 3 (text), Qwen3-MoE, Mixtral or Qwen3-Next from transformers ≥ 5.16 (an older one raises
+            ImportError: the 5.x releases before it differ in the mask functions' and Qwen3-Next's layers).
         rms_norm: every RMSNorm (Qwen3/Gemma3's per-head q/k norms too) → :func:`kernelworks.rms_norm`
             (Gemma's ``1 + weight`` as ``offset=1``), and the decoder layer's mid-layer residual add fused
             into the next norm (``(y, h) = rms_norm(x, w, residual=h)``).
@@ -233,6 +251,7 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
         model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", torch_dtype=torch.bfloat16)
         kernelworks.patch(model)                  # or patch(model, attention=False) to keep SDPA
     """
+    _check_transformers()
     options = {"rms_norm": rms_norm, "rope": rope, "mlp": mlp, "attention": attention,
                "linear_attention": linear_attention, "loss": loss, "strict": strict}
     for name, value in options.items():

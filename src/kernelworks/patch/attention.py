@@ -40,8 +40,8 @@ def warn_once(message: str) -> None:
 
 
 _MASK_PARAMS = tuple(inspect.signature(sdpa_mask).parameters)
-"""The installed transformers' mask-function parameters, in order: ``batch_size, q_length, kv_length, q_offset,
-kv_offset, …`` (5.1x on), or ``batch_size, cache_position, kv_length, kv_offset, …`` (the first 5.x releases)."""
+"""The mask functions' parameters in order (``batch_size, q_length, kv_length, q_offset, kv_offset, …``), to read
+sizes passed by position as by keyword."""
 
 
 def mask(*args, **kwargs) -> torch.Tensor | None:
@@ -59,21 +59,12 @@ def mask(*args, **kwargs) -> torch.Tensor | None:
 def _queries_end_the_keys(args: tuple, kwargs: dict) -> bool:
     """True when the last query is the last key: ``q_offset + q_length == kv_offset + kv_length`` (dynamic and
     sliding-window caches, no cache). Offsets given as tensors (a static cache's) count as False: no host
-    sync is spent to find out. Where transformers passes ``cache_position`` instead (its first 5.x releases),
-    the first position is read on the host, once per mask (per forward, not per layer); under torch.compile
-    that read would break the graph, so there the answer is False and the fallback gets the mask."""
+    sync is spent to find out."""
     sizes = {**dict(zip(_MASK_PARAMS, args)), **kwargs}
-    if "q_length" in sizes:
-        q_offset, q_length = sizes.get("q_offset", 0), sizes["q_length"]
-    else:
-        positions = sizes.get("cache_position")
-        if positions is None or torch.compiler.is_compiling():
-            return False
-        q_offset, q_length = int(positions[0]), positions.shape[0]
-    kv_offset = sizes.get("kv_offset", 0)
+    q_offset, kv_offset = sizes.get("q_offset", 0), sizes.get("kv_offset", 0)
     if not (isinstance(q_offset, int) and isinstance(kv_offset, int)):
         return False
-    return q_offset + q_length == kv_offset + sizes["kv_length"]
+    return q_offset + sizes["q_length"] == kv_offset + sizes["kv_length"]
 
 
 # ------------------------------------------------------------------------------------------- packing
