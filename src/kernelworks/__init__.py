@@ -33,6 +33,7 @@ from kernelworks.ops.attention import decode_attention, flash_attention  # noqa:
 from kernelworks.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy  # noqa: E402
 from kernelworks.ops.gated_delta import gated_delta_decode, gated_delta_prefill, gated_delta_reference  # noqa: E402
 from kernelworks.ops.gemm import fp8_matmul, grouped_matmul, matmul  # noqa: E402
+from kernelworks.ops.moe import moe_permute, moe_sort, moe_unpermute  # noqa: E402
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.rotary import rotary_embedding  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
@@ -70,6 +71,9 @@ __all__ = [
     "load_spec",
     "log_softmax",
     "matmul",
+    "moe_permute",
+    "moe_sort",
+    "moe_unpermute",
     "nn",
     "patch",
     "register",

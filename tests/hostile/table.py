@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .harness import Case, Op, Outcome, run_case
 
-FAMILIES = ("activation", "softmax", "norm", "loss", "gemm", "attention", "gated_delta", "rotary", "nn")
+FAMILIES = ("activation", "softmax", "norm", "loss", "gemm", "moe", "attention", "gated_delta", "rotary", "nn")
 CASE_TIMEOUT_S = 20
 """A case running longer than this in the subprocess is taken as hung (the slowest takes ~2 s)."""
 

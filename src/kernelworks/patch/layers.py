@@ -67,19 +67,16 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     """HF's mixture-of-experts ``*Experts.forward`` (Qwen3-MoE, Mixtral): ``[tokens, hidden]`` with each
     token's ``top_k`` experts and routing weights ``[tokens, top_k]`` → ``[tokens, hidden]``.
 
-    The (token, expert) pairs are sorted by expert (a stable sort), counted per expert on the device (a
-    scatter-add: no host sync, static shapes for torch.compile and CUDA graphs), and run as two
-    :func:`kernelworks.grouped_matmul` (the stacked ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]``
-    read as transposed views, no copy) around one gated-activation kernel on the two halves; the outputs,
-    scaled by their routing weights, go back to token order and are summed over the top-k, as HF does.
-    Gradients reach the tokens, the expert weights and the routing weights."""
-    tokens, hidden = hidden_states.shape
-    top_k = top_k_index.shape[-1]
-    expert_ids = top_k_index.reshape(-1)
-    order = torch.argsort(expert_ids, stable=True)
-    sizes = torch.zeros(self.num_experts, dtype=torch.int32, device=expert_ids.device).scatter_add_(
-        0, expert_ids, torch.ones_like(expert_ids, dtype=torch.int32))
-    x = hidden_states[order // top_k]
+    :func:`kernelworks.moe_sort` groups the (token, expert) pairs by expert on the device (no host sync,
+    static shapes for torch.compile and CUDA graphs); :func:`kernelworks.moe_permute` copies the tokens into
+    that order in one pass; two :func:`kernelworks.grouped_matmul` (the stacked ``gate_up_proj [E, 2I, H]``
+    and ``down_proj [E, H, I]`` read as transposed views, no copy) run around one gated-activation kernel on
+    the two halves; :func:`kernelworks.moe_unpermute` weights each output by its routing weight and sums a
+    token's ``top_k`` in one pass, in fp32. Gradients reach the tokens, the expert weights and the routing
+    weights. (HF's own loop, and this function before :mod:`kernelworks.ops.moe`, took a gather, a multiply,
+    a scatter and a sum, each a pass over the ``[tokens·top_k, hidden]`` rows, and their backwards.)"""
+    order, inverse, sizes = kernelworks.moe_sort(top_k_index, self.num_experts)
+    x = kernelworks.moe_permute(hidden_states, order, inverse)
     gate_up_w, down_w = self.gate_up_proj, self.down_proj
     if gate_up_w.dtype != x.dtype:  # autocast: fp32 master weights, 16-bit activations
         gate_up_w, down_w = gate_up_w.to(x.dtype), down_w.to(x.dtype)
@@ -89,9 +86,7 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     gate, up = gate_up[:, :inner], gate_up[:, inner:]
     h = kernelworks.swiglu(gate, up) if glu == "swiglu" else kernelworks.geglu(gate, up, approximate=approximate)
     y = kernelworks.grouped_matmul(h, down_w.transpose(1, 2), sizes)
-    y = y * top_k_weights.reshape(-1)[order, None].to(y.dtype)
-    unsorted = torch.empty_like(y).index_put_((order,), y)
-    return unsorted.view(tokens, top_k, hidden).sum(dim=1).to(hidden_states.dtype)
+    return kernelworks.moe_unpermute(y, top_k_weights, order, inverse).to(hidden_states.dtype)
 
 
 # ------------------------------------------------------------------------------------------- the KV cache
