@@ -62,6 +62,39 @@ def test_unknown_op_is_a_clear_error(capsys):
     assert "no op named 'nonexistent_op'" in capsys.readouterr().err
 
 
+def test_a_case_filter_matching_nothing_is_an_error_not_a_pass(capsys):
+    assert main(["check", "softmax", "--case", "3x13-fp16", "--quick"]) == 2
+    assert "no case matched" in capsys.readouterr().err
+
+
+def test_unknown_provider_lists_the_providers(capsys):
+    assert main(["check", "softmax", "--quick", "--provider", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "no provider 'nosuch'" in err and "kernelworks" in err
+
+
+@pytest.mark.parametrize("source, what", [("SPEC = (\n", "bad.py, line 1"),
+                                            ("import no_such_module_xyz\n", "no_such_module")],
+                         ids=["syntax_error", "import_error"])
+def test_a_broken_spec_file_is_a_one_line_error(tmp_path, capsys, source, what):
+    bad = tmp_path / "bad.py"
+    bad.write_text(source)
+    assert main(["check", f"{bad}:SPEC"]) == 2
+    assert what in capsys.readouterr().err
+
+
+def test_report_out_that_is_a_file_is_an_error(tmp_path, capsys):
+    out = tmp_path / "a_file"
+    out.write_text("")
+    assert main(["report", "--op", "softmax", "--out", str(out)]) == 2
+    assert "kw report: error" in capsys.readouterr().err
+
+
+def test_inspect_refuses_a_config_knob_the_search_space_lacks(capsys):
+    assert main(["inspect", f"{EXAMPLE}:SPEC", "--config", "BLOK=2048"]) == 2
+    assert "BLOK" in capsys.readouterr().err
+
+
 def test_report_without_gpu_writes_markdown(tmp_path, capsys):
     code = main(["report", "--op", "silu", "--out", str(tmp_path), "--no-bench"])
     text = (tmp_path / "report.md").read_text()

@@ -255,6 +255,14 @@ class OpSpec:
         out.update(self.providers)
         return out
 
+    def provider(self, name: str | None = None) -> Provider:
+        """The provider called ``name`` (default: the subject); ``KeyError`` naming the ones there are."""
+        providers = self.all_providers()
+        name = name or self.subject
+        if name not in providers:
+            raise KeyError(f"{self.name}: no provider {name!r}; its providers: {', '.join(providers)}")
+        return providers[name]
+
     def reset_compiled(self) -> None:
         """Drop the torch.compile baseline's compiled reference (the bench does this per case, together
         with ``torch._dynamo.reset()``, so no case inherits another's recompile budget)."""

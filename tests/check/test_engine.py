@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -55,6 +57,46 @@ def test_unwritten_element_is_caught_by_poisoning():
     assert not res.passed
     assert "NaN where the reference is finite" in res.comparisons[0].problem
     assert "(4, 32)" in res.comparisons[0].problem  # names the position
+
+
+def test_unwritten_element_of_a_plain_torch_empty_is_caught():
+    """A user kernel allocating with ``torch.empty_like`` (not ours): on a GPU the dirtied caching allocator, on
+    the CPU the poisoning dispatch mode, hands it NaN where it never writes (a large fresh CPU block is zero
+    pages: a kernel that skips writing its zeros would otherwise pass)."""
+    def skips_zeros(x):
+        y = torch.empty_like(x)
+        keep = x > 0
+        y[keep] = x[keep]
+        return y
+
+    spec = dataclasses.replace(_spec(skips_zeros), reference=torch.relu)
+    res = _fwd(spec)
+    assert not res.passed and "NaN where the reference is finite" in res.comparisons[0].problem
+
+
+def test_provider_returning_none_fails_with_a_message():
+    res = _fwd(_spec(lambda x: None))
+    assert not res.passed and res.comparisons[0].problem == "expected a tensor, got NoneType"
+
+
+def test_backward_that_overwrites_an_input_is_reported():
+    class _Clobber(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.nn.functional.gelu(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            grad = torch.ops.aten.gelu_backward(g, x)
+            x.zero_()  # the bug: scratch space taken from a saved input
+            return grad
+
+    results = {r.mode: r for r in check_case(_spec(lambda x: _Clobber.apply(x), grad=True, deterministic=False),
+                                             CASE)}
+    assert results["fwd"].passed
+    assert "input 'x' was modified by the forward or the backward" in results["bwd"].problems
 
 
 def test_moving_result_is_reported_as_race():

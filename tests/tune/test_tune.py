@@ -43,7 +43,19 @@ def _toy(x: torch.Tensor) -> torch.Tensor:
     if name == "scribble":  # writes its input in place (and is wrong): the next candidate must not see it
         x.mul_(3)
         return x
+    if name == "half":  # a fresh output whose second half it never writes (a tail tile it never visits)
+        out = torch.empty_like(x)
+        out[: x.numel() // 2] = 2 * x[: x.numel() // 2]
+        return out
+    if name in ("keep", "stale"):  # one output buffer kept between calls; "stale" writes only its first half
+        buf = _KEPT.setdefault(x.shape, torch.empty_like(x))
+        n = x.numel() if name == "keep" else x.numel() // 2
+        buf[:n] = 2 * x[:n]
+        return buf.clone()
     return 2 * x
+
+
+_KEPT: dict = {}
 
 
 def _spec(*names: str) -> OpSpec:
@@ -94,6 +106,33 @@ def test_wrong_and_crashing_configs_are_recorded_never_timed_never_chosen():
     assert all(c.ms is None for c in res.candidates if c.verdict != "ok")
     assert res.winner == {"name": "b"} and "faster than the runner-up" in res.reason
     assert "| 2 | name=crash | error: RuntimeError: out of shared memory |" in table([res])
+
+
+def test_configs_that_leave_outputs_unwritten_are_wrong_even_when_fastest():
+    """What an unwritten element holds must not pass: a fresh output's garbage is NaN-poisoned (as ``kw check``
+    poisons it), and a buffer kept between calls, which holds the previous candidate's right answer for the
+    same inputs, is caught by the run on other input values."""
+    times = {**TIMES, "half": (0.1, 0.09, 0.11), "keep": (0.9, 0.89, 0.91), "stale": (0.1, 0.09, 0.11)}
+    res = tune_case(_spec_spied("keep", "stale", "half"), Case("b", {}, torch.float32), timer=_timer(times))
+    verdicts = {c.config["name"]: (c.verdict, c.detail) for c in res.candidates[1:]}
+    assert verdicts["keep"][0] == "ok"
+    assert verdicts["stale"][0] == "wrong" and "other input values" in verdicts["stale"][1]
+    assert verdicts["half"][0] == "wrong" and "NaN" in verdicts["half"][1]
+    assert res.winner == {"name": "keep"}
+
+
+def test_a_search_cut_short_is_reported_not_cached():
+    spec = _spec_spied("a", "b")
+    short = tune(spec, timer=_timer(TIMES), progress=False, max_trials=2)
+    assert not short[0].complete and "not cached" in short[0].reason and short[0].winner == {"name": "a"}
+    full = tune(spec, timer=_timer(TIMES), progress=False)
+    assert full[0].candidates and full[0].complete and full[0].winner == {"name": "b"}
+
+
+@pytest.mark.parametrize("options", [{"budget_s": 0.0}, {"budget_s": -60.0}, {"max_trials": 0}, {"max_trials": 1.5}])
+def test_budgets_that_allow_nothing_are_refused(options):
+    with pytest.raises(ValueError, match=r"budget_s|max_trials"):
+        tune(_spec("a"), timer=_timer(TIMES), progress=False, **options)
 
 
 def test_a_win_inside_the_spread_goes_to_the_simpler_config():

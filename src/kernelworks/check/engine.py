@@ -21,11 +21,13 @@ set.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelworks.check.compare import Comparison, bitwise_equal, compare
 from kernelworks.runtime.alloc import poison_outputs
@@ -85,6 +87,37 @@ def _dirty_allocator(device: torch.device) -> None:
         del blocks
 
 
+class _PoisonFreshCPUMemory(TorchDispatchMode):
+    """Fills every CPU tensor that an ``empty``-family op returns with NaN (integers: -1, bools: True): the CPU
+    allocator cannot be dirtied the way :func:`_dirty_allocator` dirties CUDA's, and a kernel under the
+    interpreter that leaves part of a ``torch.empty`` output unwritten would otherwise read whatever the heap
+    held — often the zeros or the right answer of the previous run."""
+
+    _ALLOCATORS = frozenset({torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
+                             torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
+                             torch.ops.aten.new_empty_strided.default})
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self._ALLOCATORS and isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.numel():
+            out.fill_(float("nan") if out.is_floating_point() else True if out.dtype == torch.bool else -1)
+        return out
+
+
+@contextmanager
+def fresh_memory_poisoned(device: torch.device) -> Iterator[None]:
+    """Within this block a provider's fresh allocations hold NaN, so elements it never writes fail the
+    comparison: our ops' outputs through :func:`~kernelworks.runtime.alloc.poison_outputs`, a user kernel's
+    plain ``torch.empty`` through the dirtied CUDA allocator or, on the CPU, :class:`_PoisonFreshCPUMemory`."""
+    _dirty_allocator(device)
+    with poison_outputs():
+        if device.type == "cuda":
+            yield
+        else:
+            with _PoisonFreshCPUMemory():
+                yield
+
+
 def with_grad_leaves(inputs: Inputs, names: Sequence[str], dtype: torch.dtype | None) -> Inputs:
     """A copy of ``inputs`` whose ``names`` are fresh leaves (optionally cast) that require grad."""
     out = dict(inputs)
@@ -112,7 +145,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
     tensors: two more provider calls); ``adversarial`` all of them (it implies ``probes``)."""
     device = device or default_device()
     name = provider or spec.subject
-    prov = spec.all_providers()[name]
+    prov = spec.provider(name)
     modes = [m for m in (modes or spec.modes) if m in spec.modes]
     results = {m: CaseResult(spec.name, case, m, name) for m in modes}
 
@@ -133,6 +166,9 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
         snapshot = {k: v.clone() for k, v in _tensors(inputs).items()}
         ref = as_outputs(spec.reference(**upcast(inputs)))
         base = as_outputs(spec.reference(**inputs))
+        not_tensors = sorted({type(o).__name__ for o in (*ref, *base) if not isinstance(o, torch.Tensor)})
+        if not_tensors:
+            raise TypeError(f"the reference returned {', '.join(not_tensors)}, expected tensors")
     except Exception as e:  # the spec's own side failed: this case cannot be judged, the others still can
         for r in results.values():
             r.problems.append(f"the spec's inputs or reference raised {type(e).__name__}: {e}")
@@ -142,8 +178,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
     if "fwd" in results:
         res, t0 = results["fwd"], time.perf_counter()
         try:
-            _dirty_allocator(device)
-            with poison_outputs():
+            with fresh_memory_poisoned(device):
                 first = as_outputs(prov.fn(**inputs))
                 second = as_outputs(prov.fn(**inputs))
         except NotImplementedError as e:
@@ -156,7 +191,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
             for i, (o, r, b) in enumerate(zip(first, ref, base)):
                 label = "out" if len(ref) == 1 else f"out[{i}]"
                 res.comparisons.append(compare(label, o, r, b, tol, expected_dtype=b.dtype))
-                if spec.deterministic and not bitwise_equal(o, second[i]):
+                if spec.deterministic and isinstance(o, torch.Tensor) and not bitwise_equal(o, second[i]):
                     res.problems.append(f"{label}: two runs on the same inputs differ (race or nondeterminism)")
             for k, v in _tensors(inputs).items():
                 if not bitwise_equal(v, snapshot[k]):
@@ -174,8 +209,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
             try:
                 ref_g = gradients(spec.reference, upcast(inputs), names, grad_outs)
                 base_g = gradients(spec.reference, inputs, names, grad_outs)
-                _dirty_allocator(device)
-                with poison_outputs():
+                with fresh_memory_poisoned(device):
                     g1 = gradients(prov.fn, inputs, names, grad_outs)
                     g2 = gradients(prov.fn, inputs, names, grad_outs)
             except NotImplementedError as e:
@@ -188,6 +222,9 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                                                    expected_dtype=b.dtype))
                     if spec.deterministic and not bitwise_equal(a, a2):
                         res.problems.append(f"grad {n}: two runs differ (race or nondeterminism)")
+                for k, v in _tensors(inputs).items():
+                    if not bitwise_equal(v, snapshot[k]):
+                        res.problems.append(f"input {k!r} was modified by the forward or the backward")
         res.seconds = time.perf_counter() - t0
 
     # Last, as the fresh-values probe rewrites the inputs in place (the same tensors the provider has seen).

@@ -206,7 +206,7 @@ def sanitize_case(spec: OpSpec, case: Case, tool: str, *, target: str, seed: int
     """One case under one tool, in a child process; its result's ``sanitizer`` holds the verdict and the
     log's path (the log is in ``log_dir``)."""
     name = provider or spec.subject
-    prov = spec.all_providers()[name]
+    prov = spec.provider(name)
     mode = STEP if spec.grad_inputs and prov.supports_backward else "fwd"
     res = CaseResult(spec.name, case, mode, name, tool=tool)
     ok, why = prov.available()

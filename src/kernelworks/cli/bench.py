@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
         print("kw bench: no CUDA GPU is visible. Timings need a GPU (the CPU interpreter's times mean "
               "nothing); `kw check` runs correctness here.")
         return 2
+    for option, folder in (("--save", args.save), ("--plot", args.plot)):
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            print(f"kw bench: {option}: {folder} is a file, expected a folder")  # before the timings, not after
+            return 2
     ceil = ceilings()
     assert ceil is not None
     print(f"{ceil.gpu}: ceilings from the {ceil.source} (copy {ceil.bandwidth_gbs:.0f} GB/s)"

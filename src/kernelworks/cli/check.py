@@ -57,11 +57,12 @@ def add_sanitize_arguments(p: argparse.ArgumentParser, *, logs: bool = True) -> 
                         "memcheck,racecheck,initcheck,synccheck)")
     p.add_argument("--sanitize-timeout", type=float, metavar="SECONDS",
                    help="time limit of one sanitizer run (default per tool: memcheck and synccheck 300, "
-                        "initcheck 600, racecheck 900); a run past it fails as 'did not finish'")
+                        "initcheck 600, racecheck 900); a run past it fails as 'did not finish'. Implies --sanitize")
     if logs:
         p.add_argument("--sanitize-logs", metavar="DIR",
                        help="keep every sanitizer log in DIR (default: a temporary folder keeping only the logs "
-                            "with something to read: errors, warnings, ignored reports, runs that did not finish)")
+                            "with something to read: errors, warnings, ignored reports, runs that did not "
+                            "finish). Implies --sanitize")
     p.add_argument("--sanitize-ignore", action="append", metavar="TOOL:KERNEL_GLOB", default=[],
                    help="set aside the reports of TOOL (or * for any) in kernels matching the glob, e.g. "
                         "initcheck:at::native::* (matched against the kernel's full demangled name and its bare "
@@ -76,7 +77,8 @@ def sanitize_request(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[I
     from kernelworks.check.sanitize_log import parse_ignores
 
     rules = parse_ignores(args.sanitize_ignore)
-    asked = args.sanitize or args.sanitize_tools or rules
+    asked = (args.sanitize or args.sanitize_tools or rules or args.sanitize_timeout is not None
+             or getattr(args, "sanitize_logs", None))
     return (parse_tools(args.sanitize_tools or TOOLS) if asked else ()), rules
 
 
@@ -118,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
         p, f, s = summarize(results)
         passed, failed, skipped = passed + p, failed + f, skipped + s
     print(f"\n{where_checks_run()}: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    if not passed + failed + skipped:  # a filter that matched nothing checked nothing: not a pass
+        print("kw check: error: no case matched" + (f" --case {' '.join(args.case)}" if args.case else "")
+              + (" --quick" if args.quick else ""), file=sys.stderr)
+        return 2
     if tools:
         from kernelworks.check.sanitize import sanitize_summary
 

@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"kernelworks.cli.{args.command}")
     try:
         return int(module.run(args) or 0)
-    except (KeyError, FileNotFoundError, TypeError, ValueError, RuntimeError) as e:
+    except (KeyError, OSError, TypeError, ValueError, RuntimeError, SyntaxError, ImportError) as e:
+        # OSError: a missing spec file, an --out that is a file; SyntaxError/ImportError: a user's spec file
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"kw {args.command}: error: {msg}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from kernelworks.report import make_report
 
     tools, rules = sanitize_request(args)
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # an --out that is a file fails here, before any check
     result = make_report(Path(args.out), full=args.full, ops=args.op, bench=not args.no_bench,
                          log=functools.partial(print, flush=True), sanitize=tools, sanitize_ignore=rules,
                          sanitize_timeout=args.sanitize_timeout)

@@ -65,6 +65,18 @@ def run(args: argparse.Namespace) -> int:
     if args.write and args.mode == "bwd":
         print("kw tune: --write fills the forward's shipped tables; backward winners are only cached")
         return 2
+    if args.write and spec.tuned is None:
+        print(f"kw tune: spec {spec.name!r} has no shipped table (`tuned`) for --write; winners are only cached")
+        return 2
+    if args.budget is not None and not args.budget > 0:
+        print(f"kw tune: --budget: expected minutes > 0, got {args.budget}")
+        return 2
+    if args.max_trials is not None and args.max_trials < 1:
+        print(f"kw tune: --max-trials: expected at least 1, got {args.max_trials}")
+        return 2
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        print(f"kw tune: --out: {args.out} is a file, expected a folder")
+        return 2
     if not torch.cuda.is_available():
         print("kw tune: no CUDA GPU is visible; it times each candidate. `kw check` and `kw inspect "
               "--all-configs` work without one.")
@@ -79,9 +91,6 @@ def run(args: argparse.Namespace) -> int:
     if spec.tuned is not None:  # what a table entry written from this run must carry
         env["tuned_source"] = spec.tuned.source_hash()
     if args.write:
-        if spec.tuned is None:
-            print(f"kw tune: spec {spec.name!r} has no shipped table (`tuned`); winners are only cached")
-            return 2
         from kernelworks.tune.tables import write
 
         path = write(spec, results, gpu=torch.cuda.get_device_name(), commit=env.get("commit"),

@@ -164,6 +164,12 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
         for mode in modes:
             # the config's own launches, path included, where the mode's pass has a hook
             hooked = bool(config) and spec.search_space(mode)[1] is not None
+            if hooked:
+                knobs = set().union(*(entry.keys() for entry in spec.search_space(mode)[0]))
+                unknown = sorted(set(config) - knobs)
+                if unknown:  # the hook would ignore it and the report would name a config that never ran
+                    raise ValueError(f"config: {unknown} are not knobs of {spec.name}'s {mode} search space "
+                                     f"({', '.join(sorted(knobs))})")
             launches = capture_op(spec, c, mode=mode, real_max_bytes=real_max_bytes,
                                   capability=divmod(t.arch, 10), config=config if hooked else None)
             if config and not hooked:

@@ -6,9 +6,13 @@ config; its backward pass when it declares ``bwd_configs`` and ``bwd_configured`
 candidate's gradients are checked, and the backward alone is timed on a graph built once, as ``kw bench``
 times it). For each case:
 
-1. every candidate runs once on fresh copies of the case's inputs (in-place arguments restored) and is
-   compared with the float64 reference under the spec's tolerance rule; a candidate that raises (a failed
-   compile included) or is wrong is recorded with why and never timed, never chosen;
+1. every candidate runs twice on fresh copies of the case's inputs (in-place arguments restored), its fresh
+   memory NaN-poisoned as ``kw check`` poisons it (so an element it never writes fails), and is compared with
+   the float64 reference under the spec's tolerance rule; the two runs must agree bit for bit (for a
+   deterministic spec), the inputs must come back unchanged, and a third run on other values of the same
+   shapes must be right too (what an output buffer kept between calls holds from an earlier run cannot
+   pass). A candidate that raises (a failed compile included) or is wrong is recorded with why and never
+   timed, never chosen;
 2. the right ones are timed (``time_fn``: CUDA events, warm-up, median of many, L2 flushed); the op's own
    choice (no config forced, shown as ``default``) is always the first candidate, so a winner is measured
    against what the op does today, in the same run;
@@ -42,8 +46,8 @@ from typing import Any
 
 import torch
 
-from kernelworks.check.compare import first_failure
-from kernelworks.check.engine import as_outputs, gradients, upcast
+from kernelworks.check.compare import bitwise_equal, first_failure
+from kernelworks.check.engine import as_outputs, fresh_memory_poisoned, gradients, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.runtime.plans import consulted, observed
 from kernelworks.spec import Case, OpSpec
@@ -95,6 +99,9 @@ class CaseTuning:
     """The compile gate's target (``sm_90``), None when it was skipped."""
     mode: str = "fwd"
     """The pass tuned: ``fwd`` or ``bwd``."""
+    complete: bool = True
+    """False when the budget or ``max_trials`` stopped the search before its strategy was done: such a winner is
+    reported but not cached, so a later, longer search is not answered with it."""
 
     @property
     def best_so_far(self) -> list[float | None]:
@@ -109,7 +116,7 @@ class CaseTuning:
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "case": self.case, "mode": self.mode, "winner": self.winner, "reason": self.reason,
-                "seconds": self.seconds, "strategy": self.strategy, "target": self.target,
+                "seconds": self.seconds, "strategy": self.strategy, "target": self.target, "complete": self.complete,
                 "candidates": [vars(c) for c in self.candidates]}
 
 
@@ -130,8 +137,9 @@ class _Truth:
     reference in the inputs' dtype (``base``, the error scale) — of the outputs for ``fwd``, of the gradients
     of ``grad_outs`` for ``bwd``."""
 
-    def __init__(self, spec: OpSpec, case: Case, inputs: Mapping[str, Any], mode: str) -> None:
-        self.mode = mode
+    def __init__(self, spec: OpSpec, case: Case, inputs: Mapping[str, Any], mode: str,
+                 device: torch.device) -> None:
+        self.mode, self.device, self.deterministic = mode, device, spec.deterministic
         tol = spec.case_tolerance(case)
         if mode == "fwd":
             self.ref = as_outputs(spec.reference(**upcast(inputs)))
@@ -146,20 +154,38 @@ class _Truth:
         self.base = gradients(spec.reference, inputs, self.names, self.grad_outs)
         self.tol = tol.for_gradients()
 
-    def results(self, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Sequence[torch.Tensor]:
-        """A candidate's outputs (``fwd``) or gradients (``bwd``) on fresh copies of the inputs."""
-        if self.mode == "fwd":
-            return as_outputs(fn(**_fresh(inputs)))
-        return gradients(fn, _fresh(inputs), self.names, self.grad_outs)
+    def _once(self, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> tuple[Sequence[Any], str | None]:
+        """A candidate's outputs (``fwd``) or gradients (``bwd``) on fresh copies of the inputs, its fresh memory
+        poisoned; and the name of an input it modified (None: none)."""
+        fresh = _fresh(inputs)
+        with fresh_memory_poisoned(self.device):
+            out = as_outputs(fn(**fresh)) if self.mode == "fwd" else gradients(fn, fresh, self.names,
+                                                                               self.grad_outs)
+        touched = next((k for k, v in fresh.items() if isinstance(v, torch.Tensor)
+                        and not bitwise_equal(v.detach(), inputs[k])), None)
+        return out, touched
 
-
-def _verdict(fn: Callable[..., Any], inputs: Mapping[str, Any], truth: _Truth) -> tuple[str, str]:
-    try:
-        out = truth.results(fn, inputs)
-    except Exception as e:  # a failed compile or launch is a verdict, not the end of the search
-        return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-    bad = first_failure(out, truth.ref, truth.base, truth.tol)
-    return ("ok", "") if bad is None else ("wrong", bad)
+    def verdict(self, fn: Callable[..., Any], inputs: Mapping[str, Any],
+                fresh: tuple[_Truth, Mapping[str, Any]] | None = None) -> tuple[str, str]:
+        """``("ok", "")`` or ``("wrong" | "error", why)``: right against the reference, the same twice, the
+        inputs untouched; and, given ``fresh`` (another truth and its inputs, other values of the same shapes),
+        right on those too — a config that leaves part of an output it keeps between calls unwritten would
+        otherwise pass on what an earlier candidate wrote there for the same inputs."""
+        try:
+            out, touched = self._once(fn, inputs)
+            again, _ = self._once(fn, inputs) if self.deterministic else (out, None)
+            other = fresh[0]._once(fn, fresh[1])[0] if fresh is not None else None
+        except Exception as e:  # a failed compile or launch is a verdict, not the end of the search
+            return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        if touched is not None:
+            return "wrong", f"input {touched!r} was modified"
+        bad = first_failure(out, self.ref, self.base, self.tol)
+        if bad is None and any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(out, again)):
+            bad = "two runs on the same inputs differ (race or nondeterminism)"
+        if bad is None and fresh is not None:
+            bad = first_failure(other, fresh[0].ref, fresh[0].base, fresh[0].tol)
+            bad = None if bad is None else f"on other input values: {bad}"
+        return ("ok", "") if bad is None else ("wrong", bad)
 
 
 def _start(spec: OpSpec, case: Case, grid: Grid, capability: tuple[int, int], mode: str = "fwd") -> int:
@@ -249,9 +275,12 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
         # budget stops the compiles too
         search = Ordered(len(configs), strategy, seed,
                          len(configs) + 1 if strategy == "exhaustive" else 2 * workers)
+    torch.manual_seed(seed + 1)
+    other_inputs = spec.inputs(case, device)
+    other = (_Truth(spec, case, other_inputs, mode, device), other_inputs)
     torch.manual_seed(seed)
     inputs = spec.inputs(case, device)
-    truth = _Truth(spec, case, inputs, mode)
+    truth = _Truth(spec, case, inputs, mode, device)
 
     def run(c: Candidate) -> Callable[[], object]:
         """The call timed: the forward, or the backward alone on a graph the forward built once."""
@@ -272,11 +301,12 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             (max_trials is not None and len(result.candidates) >= max_trials)
 
     times: dict[int, float | None] = {}
-    while not spent() and (batch := search.next_batch(times)):
+    while not (stopped := spent()) and (batch := search.next_batch(times)):
         chosen = [dict(configs[i - 1]) if i else {} for i in batch]
         checks = gate.check(chosen) if gate is not None else [None] * len(batch)
         for i, config, check in zip(batch, chosen, checks):
             if spent():
+                stopped = True
                 break
             cand = Candidate(config, "", order=i)
             if check is not None:
@@ -285,7 +315,7 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
                 cand.verdict, cand.detail = check.verdict, check.detail
             else:
                 with _context(hook, cand.config), consulted() as asked:
-                    cand.verdict, cand.detail = _verdict(fn, inputs, truth)
+                    cand.verdict, cand.detail = truth.verdict(fn, inputs, other)
                 if cand.config and cand.verdict == "ok" and asked and not any(forced for _, forced in asked):
                     # the op asked for a forced plan and got none: it ran its own plan, and timing it would time
                     # that plan under the config's name
@@ -298,6 +328,7 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             result.candidates.append(cand)
             if on_candidate is not None:
                 on_candidate(cand)
+    result.complete = not stopped
     right = sorted((c for c in result.candidates if c.verdict == "ok"), key=lambda c: c.ms)
     if not right:
         result.reason = "no config was right"
@@ -326,6 +357,11 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "a
     """
     from kernelworks.tune import cache
 
+    if budget_s is not None and not budget_s > 0:
+        raise ValueError(f"budget_s: expected seconds > 0, got {budget_s}")
+    max_trials = options.get("max_trials")
+    if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
+        raise ValueError(f"max_trials: expected an int >= 1, got {max_trials!r}")
     chosen = spec.find_cases(cases, bench=True) if spec.bench_cases else spec.find_cases(cases, bench=False)
     n_configs = len(spec.search_space(mode)[0])
     out: list[CaseTuning] = []
@@ -347,8 +383,10 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "a
                         on_candidate=(lambda _c: bar.update(1)) if bar is not None else None, **options)
         if bar is not None:
             bar.update(n_configs + 1 - len(res.candidates))
-        if write_cache and res.winner is not None:
+        if write_cache and res.winner is not None and res.complete:
             cache.store(spec, case, res.winner, mode)
+        elif res.winner is not None and not res.complete:
+            res.reason += " (search cut short by the budget: not cached)"
         out.append(res)
     if bar is not None:
         bar.close()
