@@ -122,7 +122,8 @@ def _profile(model: torch.nn.Module, spec: dict, args: argparse.Namespace) -> No
         train(model, spec, vocab, quick) if args.task == "train" else decode(model, spec, vocab, quick)
     averages = prof.key_averages()
     args.profile.write_text(f"{args.model} {args.variant} {args.task} (batch {args.batch})\n"
-                            + averages.table(sort_by="cuda_time_total", row_limit=35, max_name_column_width=70)
+                            + averages.table(sort_by="cuda_time_total", row_limit=args.profile_rows,
+                                             max_name_column_width=70)
                             + averages.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70))
 
 
@@ -143,6 +144,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", type=Path, help="also write a torch.profiler table of the task to this file")
+    ap.add_argument("--profile-rows", type=int, default=35, help="entries of the table by GPU time (default 35)")
     ap.add_argument("--memory", type=Path, help="train: also write what is live at one more step's memory peak, "
                     "by owner, to this Markdown file (memory.py)")
     args = ap.parse_args()
