@@ -419,9 +419,27 @@ GROUPED_MATMUL_SPEC = register(OpSpec(
         # a fine-grained MoE (64 experts, 2048 → 1408, as DeepSeek-MoE/Qwen-MoE) over 4096 tokens × top-6
         case("finegrained-e64-24k", _BF16, T=24576, K=2048, N=1408, E=64, tags=("gpu",)),
         case("finegrained-e64-2k", _BF16, T=2048, K=2048, N=1408, E=64, tags=("gpu",)),
+        # Qwen3-30B-A3B's gate_up (2048 → 2·768) over 8192 tokens × top-8, 128 experts, a router at init
+        case("qwen3-moe-e128-64k", _BF16, T=65536, K=2048, N=1536, E=128, skew="uniform", tags=("gpu",)),
     ],
     cost=_grouped_cost,
     providers={"kernelworks": Provider("kernelworks", grouped.grouped_matmul)},
+    # the tiles of grouped_plan and its neighbours (EPI_SPLIT marks the Hopper TMA kernel, as for matmul;
+    # the grouped kernel stores C in two halves whatever its value); the backward's dA runs the same kernel
+    configs=[
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4, "EPI_SPLIT": 1},
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3, "EPI_SPLIT": 1},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4, "EPI_SPLIT": 1},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 5, "EPI_SPLIT": 1},
+        {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4, "EPI_SPLIT": 1},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4, "EPI_SPLIT": 1},
+        {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3, "EPI_SPLIT": 1},
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3, "EPI_SPLIT": 1,
+         "FLATTEN": False, "WARP_SPECIALIZE": True},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},  # pointer kernel
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+    ],
+    configured=_matmul_configured,
     grad_inputs=("a", "b"),
     baselines=("torch",),  # the loop of torch.matmul; torch.compile cannot trace its data-dependent slices
 ))
