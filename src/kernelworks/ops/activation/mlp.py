@@ -95,7 +95,7 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
     one_block = block == inner
     acc = None
     if need_x and not one_block:
-        acc = torch.zeros((n, hidden), dtype=GRAD_X_ACCUM, device=x.device)
+        acc = empty((n, hidden), dtype=GRAD_X_ACCUM, device=x.device)  # the first block writes it (beta = 0)
     grad_x = none
     for start in range(0, inner, block):
         cols = slice(start, min(start + block, inner))
@@ -121,7 +121,7 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
             grad_x = torch.mm(grad_gate, gate_weight)
             grad_x.addmm_(grad_up, up_weight)
         elif need_x:
-            accumulate_mm(acc, grad_gate, gate_weight[cols])
+            accumulate_mm(acc, grad_gate, gate_weight[cols], first=start == 0)
             accumulate_mm(acc, grad_up, up_weight[cols])
         del grad_h, grad_gate, grad_up
     if acc is not None:

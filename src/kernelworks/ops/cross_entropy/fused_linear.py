@@ -92,7 +92,9 @@ def _run(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias:
                                      cast_bytes=weight.numel() * weight.element_size() if separate_acc else 0)
     loss_rows = empty((n_rows,), dtype=torch.float32, device=device)
     grad_hidden = empty((n_rows, n_hidden), dtype=hidden.dtype, device=device) if need_hidden else None
-    acc_w = torch.zeros((n_vocab, n_hidden), dtype=accum_dtype, device=device) if need_weight else None
+    # the first chunk's product writes the accumulator (beta = 0): no fill of V·H elements first
+    acc_w = (empty((n_vocab, n_hidden), dtype=accum_dtype, device=device) if n_rows else
+             torch.zeros((n_vocab, n_hidden), dtype=accum_dtype, device=device)) if need_weight else None
     acc_b = torch.zeros((n_vocab,), dtype=torch.float32, device=device) if need_bias else None
     buf = empty((min(chunk, n_rows), n_vocab), dtype=hidden.dtype, device=device)
     weight_t = weight.t()
@@ -114,7 +116,7 @@ def _run(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias:
         if need_hidden:
             torch.mm(logits, weight, out=grad_hidden[start:end])
         if need_weight:
-            accumulate_mm(acc_w, logits.t(), h_c)
+            accumulate_mm(acc_w, logits.t(), h_c, first=start == 0)
         if need_bias:
             acc_b += logits.sum(dim=0, dtype=torch.float32)
     del buf, logits  # free the chunk before the casts below allocate
