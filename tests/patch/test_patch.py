@@ -437,6 +437,77 @@ def test_output_attentions_come_from_eager_attention(family):
         torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(out.logits, ref.logits, **TOL)
 
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_output_attentions_of_a_base_model_and_a_classifier(family):
+    """Heads whose forward is HF's own (the base model, sequence classification) pass no keyword down: the
+    attention function sees transformers' output capture instead, and runs eager attention for the weights."""
+    model, reference = _pair(family)
+    for m in (model, reference):
+        m.config._attn_implementation = "eager"
+    kernelworks.patch(model)
+    ids = _ids()
+    for head in ("model", None):
+        ours, theirs = (getattr(m, head) if head else m for m in (model, reference))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out, ref = ours(ids, output_attentions=True), theirs(ids, output_attentions=True)
+        assert len(out.attentions) == len(ref.attentions) == 2
+        for got, want in zip(out.attentions, ref.attentions):
+            torch.testing.assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("where", ["lm_head", "post_attention_layernorm"])
+def test_hooks_on_fused_modules_still_run(where):
+    """A hook on the LM head (the fused loss reads its weight) or on the norm fused with the residual add: the
+    patched model calls those modules when they are hooked, so the hook runs and the loss is the unpatched one."""
+    model, reference = _pair("llama")
+    kernelworks.patch(model)
+    calls = []
+
+    def hook(module, args, out):
+        calls.append(1)
+        return out * 1.5
+
+    for m in (model, reference):
+        target = m.lm_head if where == "lm_head" else m.model.layers[0].post_attention_layernorm
+        target.register_forward_hook(hook)
+        m.train()
+    ids = _ids()
+    loss, ref = model(ids, labels=ids).loss, reference(ids, labels=ids).loss
+    assert len(calls) == 2  # once in each model
+    torch.testing.assert_close(loss, ref, **TOL)
+
+
+def test_a_patched_model_pickles_and_loads_patched():
+    """``torch.save(model)``: the patched classes are rebuilt on loading (they cannot be found by name, which is
+    the original class's), and the loaded model computes what the saved one did."""
+    import io
+
+    model, _ = _pair("qwen3_moe")
+    kernelworks.patch(model)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert type(loaded) is type(model) and type(loaded.model.layers[0]) is type(model.model.layers[0])
+    assert patched(loaded) == patched(model)
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_moe_forward_takes_hf_positional_order():
+    """HF's MoE ``ForCausalLM.forward`` ends ``(…, use_cache, output_router_logits, logits_to_keep)``."""
+    model, reference = _pair("qwen3_moe")
+    kernelworks.patch(model)
+    ids = _ids()
+    with torch.no_grad():
+        out = model(ids, None, None, None, None, None, False, True)
+        ref = reference(ids, None, None, None, None, None, False, True)
+    assert out.router_logits is not None and len(out.router_logits) == len(ref.router_logits)
+    assert out.logits.shape == ref.logits.shape
+
+
 # ------------------------------------------------------------------------------------------- options, unpatch
 
 

@@ -4,17 +4,20 @@ public ops, in place.
 A patched module keeps its object, parameters and buffers (state_dict keys and tensors unchanged); only its
 class is swapped for a subclass of the same name whose ``forward`` is ours (:mod:`kernelworks.patch.layers`).
 A subclass, not an instance ``forward``: transformers wraps decoder-layer forwards for gradient checkpointing
-per class (5.23) or in ``__call__`` (5.17), and accelerate's hooks live on the instance — both keep working.
+per class (5.23) or in ``__call__`` (5.17), and accelerate's hooks live on the instance — both keep working
+(a hooked norm, LM head or projection is called, not bypassed, so its hooks still run).
 ``unpatch`` swaps the original classes back and restores ``config._attn_implementation``.
 """
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -115,13 +118,35 @@ def _on_kernels_or_torch(ours: Callable, theirs: Callable) -> Callable:
 
 def _subclass(base: type, tag: str, attrs: dict) -> type:
     """One subclass per (class, variant), named like ``base`` and living in its module (so repr, config
-    ``architectures`` and pickling see the original class)."""
+    ``architectures`` and transformers' look-ups of the modeling file see the original class). Pickling
+    (``torch.save(model)``, ``pickle``) cannot find such a class by its name, which is the base's: each instance
+    pickles as a call of :func:`_patched_instance` with the base class, the tag and ``attrs`` (module-level
+    functions and plain values), which rebuilds the same subclass on loading."""
     cls = _SUBCLASSES.get((base, tag))
     if cls is None:
-        attrs = {**attrs, "__module__": base.__module__, "__qualname__": base.__qualname__, "_kernelworks": tag,
-                 "forward": _on_kernels_or_torch(attrs["forward"], base.forward)}
-        cls = _SUBCLASSES[(base, tag)] = type(base.__name__, (base,), attrs)
+        # what a pickle carries: module-level functions and values (a staticmethod object does not pickle)
+        plain = {k: ("static", v.__func__) if isinstance(v, staticmethod) else ("value", v) for k, v in attrs.items()}
+        full = {**attrs, "__module__": base.__module__, "__qualname__": base.__qualname__, "_kernelworks": tag,
+                "forward": _on_kernels_or_torch(attrs["forward"], base.forward),
+                "__reduce_ex__": _reduce_patched(base, tag, plain)}
+        cls = _SUBCLASSES[(base, tag)] = type(base.__name__, (base,), full)
     return cls
+
+
+def _reduce_patched(base: type, tag: str, attrs: dict) -> Callable:
+    def __reduce_ex__(self, protocol: int):  # noqa: N807 (the method pickle calls, defined for the subclass)
+        reduced = super(type(self), self).__reduce_ex__(protocol)
+        if isinstance(reduced, tuple) and reduced[0] is copyreg.__newobj__ and reduced[1][0] is type(self):
+            return (_patched_instance, (base, tag, attrs, *reduced[1][1:]), *reduced[2:])
+        return reduced
+    return __reduce_ex__
+
+
+def _patched_instance(base: type, tag: str, attrs: dict, *args: Any) -> nn.Module:
+    """An empty instance of ``base``'s patched subclass for ``tag`` (what unpickling a patched module calls;
+    its state is then set as for any module)."""
+    cls = _subclass(base, tag, {k: staticmethod(v) if kind == "static" else v for k, (kind, v) in attrs.items()})
+    return cls.__new__(cls, *args)
 
 
 @dataclass
@@ -328,8 +353,10 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
             state.swap(mixer, "gated_delta", {"forward": gated_delta.gated_delta_net_forward})
         state.patched.append("linear_attention")
     if loss and base is not model and hasattr(model, "lm_head"):
-        state.swap(model, f"causal_lm:{loss_accum_dtype}", {"forward": layers.causal_lm_forward,
-                                                            "_kw_loss_accum": loss_accum_dtype})
+        moe = hasattr(model.config, "output_router_logits")
+        forward = layers.moe_causal_lm_forward if moe else layers.causal_lm_forward
+        state.swap(model, f"causal_lm:{moe}:{loss_accum_dtype}", {"forward": forward,
+                                                                  "_kw_loss_accum": loss_accum_dtype})
         state.patched.append("loss")
     model._kernelworks_patch = state
     return model

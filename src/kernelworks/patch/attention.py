@@ -73,6 +73,18 @@ WEIGHTS_KWARG = "kernelworks_attention_weights"
 """Keyword the patched ``ForCausalLM.forward`` hands down when the caller asked for ``output_attentions``: the
 kernel never forms the weights, so those calls run the model's eager attention, which returns them."""
 
+
+def _weights_recorded() -> bool:
+    """True while HF's output capture (the ``capture_outputs`` decorator of every base model since transformers
+    5.16) records attention weights: ``output_attentions`` asked of a model whose forward is not ours (a base
+    model, a classification head), which passes no keyword down."""
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # another layout of transformers' internals: only our keyword is seen
+        return False
+    collected = _active_collector.get()
+    return bool(collected) and "attentions" in collected
+
 PACKED_KWARG = "kernelworks_packed"
 """Keyword the patched ``ForCausalLM.forward`` hands down (through HF's layers, as the flash kwargs travel) to
 :func:`attention`: whether this forward's ``position_ids`` pack sequences, decided once at the top."""
@@ -233,7 +245,7 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     low = _autocast_dtype(query)
     if low is not None:  # an fp32 model under autocast: q and k leave fp32 norms and rotary, v a bf16 Linear
         query, key, value = query.to(low), key.to(low), value.to(low)
-    weights = bool(kwargs.pop(WEIGHTS_KWARG, False))
+    weights = bool(kwargs.pop(WEIGHTS_KWARG, False)) or _weights_recorded()
     reason = ("an attention mask (padding, or a static cache longer than the tokens written) is not in the "
               "kernel; those calls stay on torch") if attention_mask is not None else \
         _unsupported(module, query, dropout)

@@ -13,6 +13,7 @@ import sys
 
 import torch
 from torch.nn import functional
+from torch.nn.modules import module as nn_module
 from transformers import modeling_utils
 from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -40,10 +41,30 @@ def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def _plain_linear(m: torch.nn.Module) -> bool:
-    """A bias-free ``nn.Linear`` itself (no LoRA or quantised wrapper, no subclass, no forward hooks):
-    ``F.linear(x, m.weight)`` is all its forward does."""
-    return type(m) is torch.nn.Linear and m.bias is None and not m._forward_hooks and not m._forward_pre_hooks
+def _unhooked(m: torch.nn.Module) -> bool:
+    """No forward hooks or pre-hooks on ``m`` or on every module (``register_module_forward_hook``), and no
+    per-instance ``forward`` (accelerate's device-placement hooks replace it): calling ``m`` runs its class's
+    forward alone, so reading its parameters instead of calling it loses nothing."""
+    return not (m._forward_hooks or m._forward_pre_hooks or nn_module._global_forward_hooks
+                or nn_module._global_forward_pre_hooks or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
+
+
+def _plain_linear(m: torch.nn.Module, *, bias: bool = False) -> bool:
+    """An ``nn.Linear`` itself (no LoRA or quantised wrapper, no subclass), bias-free unless ``bias``, unhooked:
+    ``F.linear(x, m.weight, m.bias)`` is all its forward does."""
+    return type(m) is torch.nn.Linear and (bias or m.bias is None) and _unhooked(m)
+
+
+def _add_norm(norm: torch.nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor,
+              offset: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(norm(residual + hidden_states), residual + hidden_states)``: one :func:`kernelworks.rms_norm` pass
+    with the residual add fused, unless ``norm`` is hooked (its hooks must see the call: then the add on
+    torch and the module called)."""
+    if not _unhooked(norm):
+        residual = residual + hidden_states
+        return norm(residual), residual
+    return kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight, norm_eps(norm),
+                                residual=residual, offset=offset)
 
 
 def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,9 +155,7 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
         hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
                                           position_ids=position_ids, use_cache=use_cache,
                                           position_embeddings=position_embeddings, **kwargs)
-    norm = self.post_attention_layernorm
-    hidden_states, residual = kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight,
-                                                   norm_eps(norm), residual=residual, offset=self._kw_offset)
+    hidden_states, residual = _add_norm(self.post_attention_layernorm, hidden_states, residual, self._kw_offset)
     hidden_states = self.mlp(hidden_states)
     if isinstance(hidden_states, tuple):  # MoE blocks of some versions return (hidden, router logits)
         hidden_states = hidden_states[0]
@@ -155,9 +174,7 @@ def gemma_layer_forward(self, hidden_states: torch.Tensor,
                                       attention_mask=attention_mask, position_ids=position_ids,
                                       **_with_cache(past_key_values, kwargs))
     hidden_states = self.post_attention_layernorm(hidden_states)
-    norm = self.pre_feedforward_layernorm
-    hidden_states, residual = kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight,
-                                                   norm_eps(norm), residual=residual, offset=1.0)
+    hidden_states, residual = _add_norm(self.pre_feedforward_layernorm, hidden_states, residual, 1.0)
     hidden_states = self.post_feedforward_layernorm(self.mlp(hidden_states))
     return residual + hidden_states
 
@@ -265,9 +282,33 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
                       position_ids: torch.LongTensor | None = None, past_key_values=None,
                       inputs_embeds: torch.Tensor | None = None, labels: torch.LongTensor | None = None,
                       use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
-                      output_router_logits: bool | None = None, **kwargs) -> CausalLMOutputWithPast:
+                      **kwargs) -> CausalLMOutputWithPast:
+    """HF's dense ``ForCausalLM.forward``, arguments in its order: see :func:`_causal_lm`."""
+    return _causal_lm(self, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, labels,
+                      use_cache, None, logits_to_keep, **kwargs)
+
+
+@can_return_tuple
+def moe_causal_lm_forward(self, input_ids: torch.LongTensor | None = None,
+                          attention_mask: torch.Tensor | None = None, position_ids: torch.LongTensor | None = None,
+                          past_key_values=None, inputs_embeds: torch.Tensor | None = None,
+                          labels: torch.LongTensor | None = None, use_cache: bool | None = None,
+                          output_router_logits: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
+                          **kwargs) -> MoeCausalLMOutputWithPast:
+    """HF's mixture-of-experts ``ForCausalLM.forward`` (Qwen3-MoE, Mixtral, Qwen3-Next), arguments in its order
+    (``output_router_logits`` before ``logits_to_keep``): see :func:`_causal_lm`."""
+    return _causal_lm(self, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, labels,
+                      use_cache, output_router_logits, logits_to_keep, **kwargs)
+
+
+def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor | None,
+               position_ids: torch.LongTensor | None, past_key_values, inputs_embeds: torch.Tensor | None,
+               labels: torch.LongTensor | None, use_cache: bool | None, output_router_logits: bool | None,
+               logits_to_keep: int | torch.Tensor, **kwargs) -> CausalLMOutputWithPast:
     """HF ``ForCausalLM.forward``. Training with labels: the LM head and the loss fused (the logits never exist;
-    ``logits=None`` as Liger does), and no KV cache built unless ``use_cache=True`` is passed. Otherwise the logits
+    ``logits=None`` as Liger does) when the head is a plain, unhooked ``nn.Linear`` (a LoRA-wrapped or hooked
+    head runs as itself, its logits then through :func:`kernelworks.cross_entropy`), and no KV cache built
+    unless ``use_cache=True`` is passed. Otherwise the logits
     as HF computes them (final soft-capping included), and with labels the loss from them through
     :func:`kernelworks.cross_entropy`. A mixture-of-experts model (its config has ``output_router_logits``) returns
     HF's MoE output: with router logits asked for, the load-balancing loss as ``aux_loss``, added to the loss times
@@ -297,7 +338,7 @@ def causal_lm_forward(self, input_ids: torch.LongTensor | None = None, attention
     loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")
                    if kwargs.get(name) is not None}
     logits = loss = None
-    if labels is not None and self.training:
+    if labels is not None and self.training and _plain_linear(self.lm_head, bias=True):
         loss = causal_lm_loss(hidden, self.lm_head, labels, softcap, accum_dtype=self._kw_loss_accum, **loss_kwargs)
     else:
         logits = self.lm_head(hidden)
