@@ -27,6 +27,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
+def compile_graphs():
+    """``(backend, graphs)``: a ``torch.compile`` backend (aot_eager, so autograd runs through the compiled
+    custom ops) that keeps each graph's text in ``graphs``; dynamo reset first, so earlier tests' caches do not
+    hide a graph break."""
+    from torch._dynamo.backends.debugging import aot_eager
+
+    torch._dynamo.reset()
+    graphs: list[str] = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return aot_eager(gm, example_inputs)
+
+    return backend, graphs
+
+
+@pytest.fixture
 def device() -> torch.device:
     """Where kernels run in this session: cuda when present, else the interpreter's cpu."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

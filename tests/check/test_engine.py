@@ -79,26 +79,6 @@ def test_provider_returning_none_fails_with_a_message():
     assert not res.passed and res.comparisons[0].problem == "expected a tensor, got NoneType"
 
 
-def test_backward_that_overwrites_an_input_is_reported():
-    class _Clobber(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return torch.nn.functional.gelu(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            grad = torch.ops.aten.gelu_backward(g, x)
-            x.zero_()  # the bug: scratch space taken from a saved input
-            return grad
-
-    results = {r.mode: r for r in check_case(_spec(lambda x: _Clobber.apply(x), grad=True, deterministic=False),
-                                             CASE)}
-    assert results["fwd"].passed
-    assert "input 'x' was modified by the forward or the backward" in results["bwd"].problems
-
-
 def test_moving_result_is_reported_as_race():
     res = _fwd(_spec(lambda x: torch.nn.functional.gelu(x) + 1e-4 * torch.rand_like(x), deterministic=True))
     assert any("two runs" in p for p in res.problems)
@@ -149,6 +129,22 @@ def test_right_gradient_passes():
     results = check_case(_spec(torch.nn.functional.gelu, grad=True), CASE)
     assert [r.mode for r in results] == ["fwd", "bwd"]
     assert all(r.passed for r in results), check_table(results)
+
+
+class _Clobber(_WrongGrad):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = torch.ops.aten.gelu_backward(g, x)
+        x.zero_()  # the bug: scratch space taken from a saved input
+        return grad
+
+
+def test_backward_that_overwrites_an_input_is_reported():
+    results = {r.mode: r for r in check_case(_spec(lambda x: _Clobber.apply(x), grad=True, deterministic=False),
+                                             CASE)}
+    assert results["fwd"].passed
+    assert "input 'x' was modified by the forward or the backward" in results["bwd"].problems
 
 
 def test_gpu_cases_skip_on_cpu_and_summary_counts():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.backends.debugging import aot_eager
 
 import kernelworks as kw
 from kernelworks.ops.activation import api, reference
@@ -183,15 +182,9 @@ def test_bad_input(call, exc, names):
         pytest.param(lambda gate: kw.geglu(gate, approximate="none"), "packed", id="geglu-packed"),
     ],
 )
-def test_torch_compile_fullgraph(fn, form):
+def test_torch_compile_fullgraph(fn, form, compile_graphs):
     """Compiled (through the custom ops) and eager (through the autograd Function) agree bit for bit."""
-    torch._dynamo.reset()
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return aot_eager(gm, example_inputs)
-
+    backend, graphs = compile_graphs
     compiled = torch.compile(fn, backend=backend, fullgraph=True)
     inputs = _inputs(form, (3, 33), torch.float32, 1.0)
     out, grads, grad_out = _grads(compiled, inputs, {})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.backends.debugging import aot_eager
 
 import kernelworks as kw
 from kernelworks.ops.activation import mlp, reference
@@ -141,14 +140,8 @@ def test_bad_activation():
         kw.gated_mlp(*[t.detach() for t in _inputs()], activation="relu")
 
 
-def test_torch_compile_one_graph_matches_eager():
-    torch._dynamo.reset()
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return aot_eager(gm, example_inputs)
-
+def test_torch_compile_one_graph_matches_eager(compile_graphs):
+    backend, graphs = compile_graphs
     tensors = _inputs()
     grad_y = torch.randn(TOKENS, HIDDEN, device=DEVICE)
     compiled = torch.compile(kw.gated_mlp, backend=backend, fullgraph=True)

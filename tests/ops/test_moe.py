@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.backends.debugging import aot_eager
 
 import kernelworks as kw
 from kernelworks.check.engine import check_case
@@ -151,15 +150,9 @@ def test_bad_input(call, match):
         call(hidden, order, inverse, y, weights)
 
 
-def test_torch_compile_fullgraph():
+def test_torch_compile_fullgraph(compile_graphs):
     """Sort, dispatch and combine trace into one graph (the custom ops in it) and agree with eager bit for bit."""
-    torch._dynamo.reset()
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return aot_eager(gm, example_inputs)
-
+    backend, graphs = compile_graphs
     top_k_index, weights = _routing(t=5, k=2, e=3, seed=4)
 
     def f(hidden, weights):

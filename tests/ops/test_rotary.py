@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.backends.debugging import aot_eager
 
 import kernelworks as kw
 from kernelworks.check.compare import compare
@@ -363,15 +362,9 @@ def test_rotary_dim_given_and_matching():
 
 # ------------------------------------------------------------------------------------- torch integration
 
-def test_torch_compile_fullgraph():
+def test_torch_compile_fullgraph(compile_graphs):
     """Compiled (through the custom ops) and eager (through the autograd Function) agree bit for bit."""
-    torch._dynamo.reset()
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return aot_eager(gm, example_inputs)
-
+    backend, graphs = compile_graphs
     def f(q, k, cos, sin):
         qo, ko = kw.rotary_embedding(q, k, cos, sin, layout="gptj", heads_dim=2)
         return qo * 2, ko

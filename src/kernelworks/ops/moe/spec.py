@@ -104,28 +104,17 @@ def _unpermute_cost(case: Case, mode: str) -> Cost:
 
 # ------------------------------------------------------------------------------------------------ specs
 
-MOE_PERMUTE_SPEC = register(OpSpec(
-    name="moe_permute",
-    description="MoE dispatch: tokens copied into expert order, x[i] = hidden[order[i] // top_k]",
-    reference=reference.moe_permute,
-    inputs=_permute_inputs,
-    check_cases=_cases(_TINY),
-    bench_cases=_BENCH_CASES,
-    cost=_permute_cost,
-    providers={"kernelworks": Provider("kernelworks", api.moe_permute)},
-    grad_inputs=("hidden",),
-))
+def _spec(name: str, description: str, inputs, cost, grad_inputs: tuple[str, ...]) -> OpSpec:
+    """Both ops' spec: the same cases (forward and backward) and bench shapes, our provider, the reference."""
+    return register(OpSpec(name=name, description=description, reference=getattr(reference, name), inputs=inputs,
+                           check_cases=_cases(_TINY), bench_cases=_BENCH_CASES, cost=cost,
+                           providers={"kernelworks": Provider("kernelworks", getattr(api, name))},
+                           grad_inputs=grad_inputs))
 
-MOE_UNPERMUTE_SPEC = register(OpSpec(
-    name="moe_unpermute",
-    description="MoE combine: out[t] = Σ_k w[t, k] · y[inverse[t·top_k + k]], expert outputs back to tokens",
-    reference=reference.moe_unpermute,
-    inputs=_unpermute_inputs,
-    check_cases=_cases(_TINY),
-    bench_cases=_BENCH_CASES,
-    cost=_unpermute_cost,
-    providers={"kernelworks": Provider("kernelworks", api.moe_unpermute)},
-    grad_inputs=("y", "weights"),
-))
+
+MOE_PERMUTE_SPEC = _spec("moe_permute", "MoE dispatch: tokens copied into expert order, x[i] = hidden[order[i] // "
+                         "top_k]", _permute_inputs, _permute_cost, ("hidden",))
+MOE_UNPERMUTE_SPEC = _spec("moe_unpermute", "MoE combine: out[t] = Σ_k w[t, k] · y[inverse[t·top_k + k]], expert "
+                           "outputs back to tokens", _unpermute_inputs, _unpermute_cost, ("y", "weights"))
 
 SPECS = (MOE_PERMUTE_SPEC, MOE_UNPERMUTE_SPEC)
