@@ -3,6 +3,7 @@ budget, with a fake timer (times are a GPU's business; the search logic is not).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib.util
 from contextlib import contextmanager
@@ -317,15 +318,18 @@ _bwd_configured = _hook(_BWD_CHOICE)
 
 
 class _Double(torch.autograd.Function):
-    """2·x whose backward reads the backward config when it runs (as an op's backward launcher plans)."""
+    """2·x whose backward reads the backward config when it runs (as an op's backward launcher plans), in the
+    context its forward ran in — as a ``TorchOp`` backward does where autograd gives it no caller context (on a
+    GPU, autograd runs the backward on a thread of its own, where the tuner's ``ContextVar`` is unset)."""
 
     @staticmethod
     def forward(ctx, x):
+        ctx.context = contextvars.copy_context()
         return 2 * x
 
     @staticmethod
     def backward(ctx, g):
-        name = _BWD_CHOICE.get()
+        name = ctx.context.run(_BWD_CHOICE.get)
         _runs.append(name)
         if name == "crash":
             raise RuntimeError("out of shared memory")
