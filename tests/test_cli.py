@@ -67,6 +67,12 @@ def test_a_case_filter_matching_nothing_is_an_error_not_a_pass(capsys):
     assert "no case matched" in capsys.readouterr().err
 
 
+def test_check_all_with_a_case_runs_the_ops_that_have_it(capsys):
+    assert main(["check", "all", "--case", "t5-k2-h24-fp32", "--no-probes"]) == 0
+    out = capsys.readouterr().out
+    assert "moe_permute" in out and "moe_unpermute" in out and "softmax" not in out
+
+
 def test_unknown_provider_lists_the_providers(capsys):
     assert main(["check", "softmax", "--quick", "--provider", "nosuch"]) == 2
     err = capsys.readouterr().err

@@ -82,6 +82,14 @@ def sanitize_request(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[I
     return (parse_tools(args.sanitize_tools or TOOLS) if asked else ()), rules
 
 
+def _has_cases(spec, names: list[str]) -> bool:
+    try:
+        spec.find_cases(names, bench=False)
+    except KeyError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from kernelworks.check import check_table, failure_details, run_check, summarize
     from kernelworks.check.engine import where_checks_run
@@ -97,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     targets = list(registry()) if args.target == ["all"] else args.target
     specs = [load_spec(t) for t in targets]  # every target resolved before the first case runs
+    if args.target == ["all"] and args.case:  # `all --case X`: the ops that have such a case
+        specs = [spec for spec in specs if _has_cases(spec, args.case)]
     passed = failed = skipped = 0
     sanitized = []
     for i, spec in enumerate(specs):
