@@ -37,7 +37,7 @@ from kernelworks.ops.moe import moe_permute, moe_sort, moe_unpermute  # noqa: E4
 from kernelworks.ops.norm import layer_norm, rms_norm  # noqa: E402
 from kernelworks.ops.rotary import rotary_embedding  # noqa: E402
 from kernelworks.ops.softmax import log_softmax, softmax  # noqa: E402
-from kernelworks.patch import patch, unpatch  # noqa: E402
+from kernelworks.patch import patch, patched, unpatch  # noqa: E402
 from kernelworks.runtime.indices import set_validation, validation  # noqa: E402
 from kernelworks.spec import Case, Cost, OpSpec, Provider, Tolerance, case, load_spec, register, registry  # noqa: E402
 from kernelworks.tune import tune  # noqa: E402
@@ -76,6 +76,7 @@ __all__ = [
     "moe_unpermute",
     "nn",
     "patch",
+    "patched",
     "register",
     "registry",
     "rms_norm",

@@ -39,7 +39,7 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
 
         results = kernelworks.check("softmax")
         assert all(r.passed or r.skipped for r in results)
-        kernelworks.check("softmax", ["odd_rows"], sanitize=["memcheck"])   # on a GPU
+        kernelworks.check("softmax", ["13x127"], sanitize=["memcheck"])   # on a GPU
         kernelworks.check("softmax", sanitize=True, sanitize_ignore=["initcheck:at::native::*"])
     """
     from kernelworks.check import check_table, run_check

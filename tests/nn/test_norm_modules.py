@@ -124,3 +124,11 @@ def test_constructor_arguments_are_validated_specific():
         RMSNorm(8, offset=float("inf"))
     with pytest.raises(TypeError, match="bias"):
         LayerNorm(8, bias=0)
+
+
+def test_repr_tells_the_affine_forms_apart():
+    from kernelworks.nn import LayerNorm, RMSNorm
+
+    assert repr(RMSNorm(8)) != repr(RMSNorm(8, elementwise_affine=False))
+    assert "elementwise_affine=False" in repr(LayerNorm(8, elementwise_affine=False))
+    assert repr(LayerNorm(8, bias=False)) != repr(LayerNorm(8, elementwise_affine=False))

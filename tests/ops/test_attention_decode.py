@@ -183,6 +183,17 @@ def test_check_indices_bad_type():
         decode_attention(*args, check_indices=1)
 
 
+def test_inputs_requiring_grad_are_refused_not_cut_off():
+    """No backward: with grad mode on it raises rather than return an output outside the graph; under no_grad
+    (decoding) the same call runs."""
+    q, k_cache, v_cache, *rest = _paged([20], 4, 2, 16, 16, F32)
+    q = q.clone().requires_grad_()
+    with pytest.raises(NotImplementedError, match="decode_attention has no backward"):
+        decode_attention(q, k_cache, v_cache, *rest)
+    with torch.no_grad():
+        assert decode_attention(q, k_cache, v_cache, *rest).shape == q.shape
+
+
 def test_bf16_matches_float64():
     """bf16 under the interpreter (whose ``tl.dot`` on bf16 is wrong: the kernel reads fp32 operands there)
     and on a GPU, several splits and the combine."""

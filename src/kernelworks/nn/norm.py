@@ -87,7 +87,8 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps, residual=residual, offset=self.offset)
 
     def extra_repr(self) -> str:
-        return f"{self.hidden_size}, eps={self.eps}, offset={self.offset}"
+        return (f"{self.hidden_size}, eps={self.eps}, offset={self.offset}, "
+                f"elementwise_affine={self.weight is not None}")
 
 
 class LayerNorm(nn.Module):
@@ -135,4 +136,5 @@ class LayerNorm(nn.Module):
         return layer_norm(x, self.weight, self.bias, self.eps, residual=residual)
 
     def extra_repr(self) -> str:
-        return f"{self.hidden_size}, eps={self.eps}, bias={self.bias is not None}"
+        return (f"{self.hidden_size}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")

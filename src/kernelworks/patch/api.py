@@ -273,7 +273,7 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
 
     Example::
 
-        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", dtype=torch.bfloat16)
         kernelworks.patch(model)                  # or patch(model, attention=False) to keep SDPA
     """
     _check_transformers()

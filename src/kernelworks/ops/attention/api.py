@@ -35,6 +35,7 @@ from kernelworks.runtime.validate import (
     check_real,
     check_same_device,
     check_same_dtype,
+    refuse_autograd,
 )
 
 LAYOUTS = ("bshd", "bhsd")
@@ -389,10 +390,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     Example::
 
         o = kw.decode_attention(q, k_cache, v_cache, block_table, context_lens)   # q [64, 32, 128]
+
+    It has no backward: with grad mode on and an input that requires grad it raises, rather than return an
+    output cut off from the graph (call it under ``torch.no_grad()``, as ``generate`` does).
     """
     check_float_tensor("q", q, min_dim=3, max_dim=4)
     check_float_tensor("k_cache", k_cache, min_dim=4, max_dim=4)
     check_float_tensor("v_cache", v_cache, min_dim=4, max_dim=4)
+    refuse_autograd("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache)
     check_same_dtype(("q", "k_cache", "v_cache"), (q, k_cache, v_cache))
     check_same_device(("q", "k_cache", "v_cache"), (q, k_cache, v_cache))
     if tuple(k_cache.shape) != tuple(v_cache.shape):
