@@ -121,6 +121,7 @@ def test_index_values_out_of_range_read_as_zero_rows(bad):
         assert torch.equal(dy[5], torch.zeros_like(dy[5]))
         kept = torch.arange(12, device=DEVICE) != order[5]  # the pair whose position reads out of range
         torch.testing.assert_close(dw.reshape(-1)[kept], y[inverse].sum(-1)[kept])
+        assert dw.reshape(-1)[order[5]] == 0  # a zero gradient there, not whatever the memory held
 
     with kw.validation(True):
         with pytest.raises(ValueError, match="order"):
@@ -135,13 +136,14 @@ def test_index_values_out_of_range_read_as_zero_rows(bad):
     (lambda h, o, i, y, w: kw.moe_permute(h, o.float(), i), "dtype"),
     (lambda h, o, i, y, w: kw.moe_permute(h[0], o, i), "dimension"),
     (lambda h, o, i, y, w: kw.moe_permute(h.long(), o, i), "dtype"),
-    (lambda h, o, i, y, w: kw.moe_unpermute(y, w[:, :1], o, i), "top_k"),
-    (lambda h, o, i, y, w: kw.moe_unpermute(y[:-1], w, o, i), "top_k"),
+    (lambda h, o, i, y, w: kw.moe_unpermute(y, w[:, :1], o, i), "y, weights"),
+    (lambda h, o, i, y, w: kw.moe_unpermute(y[:-1], w, o, i), "y, weights"),
+    (lambda h, o, i, y, w: kw.moe_unpermute(y[:6], w[:3], o, i), "order, weights"),
     (lambda h, o, i, y, w: kw.moe_unpermute(y, w.long(), o, i), "dtype"),
     (lambda h, o, i, y, w: kw.moe_sort(o.view(-1, 2), 0), "num_experts"),
     (lambda h, o, i, y, w: kw.moe_sort(o.float().view(-1, 2), 4), "dtype"),
 ], ids=["lengths", "not_a_multiple", "float_order", "hidden_1d", "int_hidden", "weights_shape", "y_rows",
-        "int_weights", "no_experts", "float_index"])
+        "weights_tokens", "int_weights", "no_experts", "float_index"])
 def test_bad_input(call, match):
     top_k_index, weights = _routing(t=6, k=2, e=4)
     order, inverse, _ = kw.moe_sort(top_k_index, 4)
@@ -169,6 +171,31 @@ def test_torch_compile_fullgraph(compile_graphs):
     assert any("kernelworks.moe_permute" in g and "kernelworks.moe_unpermute" in g for g in graphs)
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_backward_fakes_are_laid_out_as_the_real_gradients():
+    """Under torch.compile the fake backward's strides must be the real one's: the kernels return contiguous
+    gradients whatever the inputs' layout (a transposed ``y`` or ``weights`` once failed inductor's check)."""
+    top_k_index, weights = _routing(t=4, k=2, e=3, seed=6)
+    order, _, _ = kw.moe_sort(top_k_index, 3)
+    y = torch.randn(16, 8, device=DEVICE).t()  # [8, 16] transposed
+    w = weights.t().contiguous().t()
+    dout = torch.randn(4, 16, device=DEVICE)
+    real = api._unpermute_backward(dout, y, w, order, True, True)
+    fake = api._unpermute_backward_fake(dout, y, w, order, True, True)
+    assert [t.stride() for t in real] == [t.stride() for t in fake]
+    assert [t.shape for t in real] == [t.shape for t in fake]
+
+
+def test_double_backward_raises_instead_of_treating_gradients_as_constants():
+    top_k_index, weights = _routing(t=4, k=2, e=3, seed=7)
+    order, inverse, _ = kw.moe_sort(top_k_index, 3)
+    y = torch.randn(8, 16, device=DEVICE, requires_grad=True)
+    w = weights.clone().requires_grad_()
+    out = kw.moe_unpermute(y, w, order, inverse)
+    (dw,) = torch.autograd.grad(out.square().sum(), (w,), create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dw.square().sum().backward()
 
 
 def test_opcheck():

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 """Tensor types the eager paths take; anything else (FakeTensor, other subclasses) goes to the custom op,
@@ -121,9 +122,11 @@ class TorchOp:
 
         # Built with type() so the class (and its autograd node, e.g. ``SoftmaxFunctionBackward``) is named
         # after the op from the start: autograd names the node when the class is created.
+        # once_differentiable: the backward launches kernels autograd cannot see through, so a double backward
+        # (create_graph=True, a gradient penalty) raises instead of treating the gradients as constants.
         self.function = type(f"{name.title().replace('_', '')}Function", (torch.autograd.Function,),
                              {"forward": staticmethod(function_forward),
-                              "backward": staticmethod(function_backward)})
+                              "backward": staticmethod(once_differentiable(function_backward))})
         # The C apply under ``Function.apply``'s Python wrapper, which without functorch transforms only
         # unwraps dead functorch wrappers (a pytree pass over the args, ~2 µs): __call__ takes it when there
         # is nothing to unwrap.

@@ -80,7 +80,8 @@ def _unpermute_backward(dout: torch.Tensor, y: torch.Tensor, weights: torch.Tens
 
 def _unpermute_backward_fake(dout: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, order: torch.Tensor,
                              need_dy: bool, need_dw: bool) -> list[torch.Tensor]:
-    return ([torch.empty_like(y)] if need_dy else []) + ([torch.empty_like(weights)] if need_dw else [])
+    # contiguous, as the kernels allocate them, whatever y's and weights' strides
+    return ([y.new_empty(y.shape)] if need_dy else []) + ([weights.new_empty(weights.shape)] if need_dw else [])
 
 
 def _unpermute_setup(ctx, inputs, output) -> None:
@@ -185,21 +186,25 @@ def moe_unpermute(y: torch.Tensor, weights: torch.Tensor, order: torch.Tensor,
 
     Args:
         y: ``[T·top_k, H]`` expert outputs in sorted order, float32, float16 or bfloat16, any strides.
-        weights: ``[T, top_k]`` routing weights, any float dtype and strides.
+        weights: ``[T, top_k]`` routing weights, float32, float16 or bfloat16 (not necessarily ``y``'s), any
+            strides.
         order, inverse: as :func:`moe_permute`.
 
     Returns:
         ``[T, H]`` in ``y``'s dtype: products and sums in fp32, one rounding (Hugging Face rounds each product
         and each partial sum to ``y``'s dtype). Gradients reach ``y`` (``w · dout`` of the pair's token) and
-        ``weights`` (``⟨dout[t], y[i]⟩`` in fp32, in ``weights``' dtype). Bad index values: as
-        :func:`moe_permute`.
+        ``weights`` (``⟨dout[t], y[i]⟩`` in fp32, in ``weights``' dtype), contiguous. Bad index values: as
+        :func:`moe_permute`; a pair whose sorted position is out of range gets a zero ``weights`` gradient.
     """
     check_float_tensor("y", y, min_dim=2, max_dim=2)
     check_float_tensor("weights", weights, min_dim=2, max_dim=2,
                        dtypes=(torch.float32, torch.float16, torch.bfloat16))
     check_same_device(("y", "weights"), (y, weights))
-    top_k = _check_routing(order, inverse, weights.shape[0], y)
-    if weights.shape[1] != top_k or y.shape[0] != order.shape[0]:
-        raise ValueError(f"y, weights: expected [{order.shape[0]}, H] and [T, top_k] with T·top_k = "
-                         f"{order.shape[0]}, got {tuple(y.shape)} and {tuple(weights.shape)}")
+    pairs = weights.shape[0] * weights.shape[1]
+    if y.shape[0] != pairs:
+        raise ValueError(f"y, weights: expected y's rows to be weights' T·top_k = {pairs}, got {tuple(y.shape)} "
+                         f"and {tuple(weights.shape)}")
+    _check_routing(order, inverse, weights.shape[0], y)
+    if order.shape[0] != pairs:
+        raise ValueError(f"order, weights: expected T·top_k = {pairs} entries, got {order.shape[0]}")
     return _unpermute(y, weights, order, inverse)

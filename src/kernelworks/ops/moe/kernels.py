@@ -141,10 +141,10 @@ def scale_rows_backward(dout: torch.Tensor, y: torch.Tensor, order: torch.Tensor
     n_pairs, width = y.shape
     top_k = weights.shape[1]
     dy = empty((n_pairs, width), dtype=y.dtype, device=y.device) if need_dy else None
-    dw = empty(tuple(weights.shape), dtype=weights.dtype, device=y.device) if need_dw else None
+    # zeros, not empty: a pair whose sorted position is out of range (bad input) gets a zero gradient, not
+    # whatever the memory held; T·top_k values, nothing next to the rows
+    dw = torch.zeros(tuple(weights.shape), dtype=weights.dtype, device=y.device) if need_dw else None
     if n_pairs and (need_dy or need_dw):
-        if width == 0 and dw is not None:
-            return dy, dw.zero_()
         block, warps = row_plan(width, 1)
         dy_arg, dw_arg = (dy if dy is not None else y), (dw if dw is not None else weights)
         launch(_scale_rows_kernel, (n_pairs,), dout, y, order, weights, dy_arg, dw_arg, n_pairs, top_k, width,
