@@ -112,7 +112,7 @@ class TorchOp:
             setup_context(ctx, args, out)
             return out
 
-        def function_backward(ctx: Any, *grads: Any) -> Any:
+        def plain_backward(ctx: Any, *grads: Any) -> Any:
             if context.open_blocks:  # a forced plan, say, set on the thread that called backward (runtime.context)
                 g = context.in_caller_context(getattr(ctx, "kernelworks_context", None), input_grads, ctx, grads,
                                               backward)
@@ -120,13 +120,20 @@ class TorchOp:
                 g = input_grads(ctx, grads, backward)
             return (*g, None) if type(g) is tuple else (g, None)  # g: a tuple, or a one-argument op's gradient
 
+        guarded_backward = once_differentiable(plain_backward)
+
+        def function_backward(ctx: Any, *grads: Any) -> Any:
+            # The kernels' backward is not differentiable: under create_graph=True (grad mode on here; off in a
+            # plain backward) the gradients come back marked once_differentiable, so a double backward (a
+            # gradient penalty) raises instead of treating them as constants. Only then: the wrapper's no_grad
+            # block would cost every plain backward node 6-10 µs of host time (development CPU).
+            return (guarded_backward if torch.is_grad_enabled() else plain_backward)(ctx, *grads)
+
         # Built with type() so the class (and its autograd node, e.g. ``SoftmaxFunctionBackward``) is named
         # after the op from the start: autograd names the node when the class is created.
-        # once_differentiable: the backward launches kernels autograd cannot see through, so a double backward
-        # (create_graph=True, a gradient penalty) raises instead of treating the gradients as constants.
         self.function = type(f"{name.title().replace('_', '')}Function", (torch.autograd.Function,),
                              {"forward": staticmethod(function_forward),
-                              "backward": staticmethod(once_differentiable(function_backward))})
+                              "backward": staticmethod(function_backward)})
         # The C apply under ``Function.apply``'s Python wrapper, which without functorch transforms only
         # unwraps dead functorch wrappers (a pytree pass over the args, ~2 µs): __call__ takes it when there
         # is nothing to unwrap.
