@@ -12,6 +12,7 @@ import kernelworks as kw
 from kernelworks.check.engine import check_case
 from kernelworks.ops.moe import api
 from kernelworks.ops.moe.spec import MOE_PERMUTE_SPEC, MOE_UNPERMUTE_SPEC
+from kernelworks.runtime.alloc import poison_outputs
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
@@ -117,7 +118,8 @@ def test_index_values_out_of_range_read_as_zero_rows(bad):
 
         y_leaf, w_leaf = y.clone().requires_grad_(), weights.clone().requires_grad_()
         out = kw.moe_unpermute(y_leaf, w_leaf, order_bad, inverse)
-        dy, dw = torch.autograd.grad(out, (y_leaf, w_leaf), torch.ones_like(out))
+        with poison_outputs():  # an unwritten gradient would be NaN
+            dy, dw = torch.autograd.grad(out, (y_leaf, w_leaf), torch.ones_like(out))
         assert torch.equal(dy[5], torch.zeros_like(dy[5]))
         kept = torch.arange(12, device=DEVICE) != order[5]  # the pair whose position reads out of range
         torch.testing.assert_close(dw.reshape(-1)[kept], y[inverse].sum(-1)[kept])
@@ -126,6 +128,10 @@ def test_index_values_out_of_range_read_as_zero_rows(bad):
     with kw.validation(True):
         with pytest.raises(ValueError, match="order"):
             kw.moe_permute(hidden, order_bad, inverse)
+        repeated = order.clone()
+        repeated[5] = order[4]  # in range, but not a permutation
+        with pytest.raises(ValueError, match="inverse permutations"):
+            kw.moe_permute(hidden, repeated, inverse)
         with pytest.raises(ValueError, match="inverse"):
             kw.moe_unpermute(y, weights, order, inverse_bad)
 

@@ -438,44 +438,61 @@ def test_output_attentions_come_from_eager_attention(family):
     torch.testing.assert_close(out.logits, ref.logits, **TOL)
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
-def test_output_attentions_of_a_base_model_and_a_classifier(family):
-    """Heads whose forward is HF's own (the base model, sequence classification) pass no keyword down: the
+@pytest.mark.parametrize("head", ["AutoModel", "AutoModelForSequenceClassification"])
+def test_output_attentions_of_a_base_model_and_a_classifier(family, head):
+    """Models whose forward is HF's own (a base model, a sequence classifier) pass no keyword down: the
     attention function sees transformers' output capture instead, and runs eager attention for the weights."""
-    model, reference = _pair(family)
-    for m in (model, reference):
-        m.config._attn_implementation = "eager"
+    config = _config(family)
+    config._attn_implementation, config.num_labels, config.pad_token_id = "eager", 3, 0
+    torch.manual_seed(5)
+    model = getattr(tf, head).from_config(config).float()
+    reference = getattr(tf, head).from_config(copy.deepcopy(config)).float()
+    reference.load_state_dict(model.state_dict())
+    model, reference = model.to(DEVICE).eval(), reference.to(DEVICE).eval()
     kernelworks.patch(model)
-    ids = _ids()
-    for head in ("model", None):
-        ours, theirs = (getattr(m, head) if head else m for m in (model, reference))
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out, ref = ours(ids, output_attentions=True), theirs(ids, output_attentions=True)
-        assert len(out.attentions) == len(ref.attentions) == 2
-        for got, want in zip(out.attentions, ref.attentions):
-            torch.testing.assert_close(got, want, **TOL)
+    ids = _ids() % (VOCAB - 1) + 1  # no padding token (0): the classifier pools the last token
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, ref = model(ids, output_attentions=True), reference(ids, output_attentions=True)
+    assert len(out.attentions) == len(ref.attentions) == 2
+    for got, want in zip(out.attentions, ref.attentions):
+        torch.testing.assert_close(got, want, **TOL)
 
 
+@pytest.mark.parametrize("kind", ["forward", "backward"])
 @pytest.mark.parametrize("where", ["lm_head", "post_attention_layernorm"])
-def test_hooks_on_fused_modules_still_run(where):
+def test_hooks_on_fused_modules_still_run(where, kind):
     """A hook on the LM head (the fused loss reads its weight) or on the norm fused with the residual add: the
-    patched model calls those modules when they are hooked, so the hook runs and the loss is the unpatched one."""
+    patched model calls those modules when they are hooked, so the hook runs, and the loss (and, for a backward
+    hook that scales the gradient, the gradients) are the unpatched ones."""
     model, reference = _pair("llama")
     kernelworks.patch(model)
     calls = []
 
-    def hook(module, args, out):
+    def forward_hook(module, args, out):
         calls.append(1)
         return out * 1.5
 
+    def backward_hook(module, grad_in, grad_out):
+        calls.append(1)
+        return tuple(None if g is None else g * 1.5 for g in grad_in)
+
     for m in (model, reference):
         target = m.lm_head if where == "lm_head" else m.model.layers[0].post_attention_layernorm
-        target.register_forward_hook(hook)
+        if kind == "forward":
+            target.register_forward_hook(forward_hook)
+        else:
+            target.register_full_backward_hook(backward_hook)
         m.train()
     ids = _ids()
     loss, ref = model(ids, labels=ids).loss, reference(ids, labels=ids).loss
-    assert len(calls) == 2  # once in each model
     torch.testing.assert_close(loss, ref, **TOL)
+    loss.backward()
+    ref.backward()
+    assert len(calls) == 2  # once in each model
+    grads, want = _grads(model), _grads(reference)
+    for name in want:
+        torch.testing.assert_close(grads[name], want[name], **TOL)
 
 
 def test_a_patched_model_pickles_and_loads_patched():
@@ -494,6 +511,22 @@ def test_a_patched_model_pickles_and_loads_patched():
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_a_pickled_patched_model_loads_in_a_new_process(tmp_path):
+    """Where nothing was patched yet: loading registers the "kernelworks" attention its config names."""
+    import subprocess
+    import sys
+
+    model, _ = _pair("llama")
+    kernelworks.patch(model)
+    torch.save(model.cpu(), tmp_path / "model.pt")
+    path = str(tmp_path / "model.pt")
+    code = (f"import torch, kernelworks; m = torch.load({path!r}, weights_only=False); "
+            "ids = torch.randint(0, 128, (1, 5)); print(tuple(m(ids).logits.shape), kernelworks.patched(m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "(1, 5, 128)" in out.stdout and "attention" in out.stdout
 
 
 def test_moe_forward_takes_hf_positional_order():

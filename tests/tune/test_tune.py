@@ -124,6 +124,8 @@ def test_configs_that_leave_outputs_unwritten_are_wrong_even_when_fastest():
 
 def test_a_search_cut_short_is_reported_not_cached():
     spec = _spec_spied("a", "b")
+    exact = tune(spec, timer=_timer(TIMES), progress=False, max_trials=3, use_cache=False, write_cache=False)
+    assert exact[0].complete and len(exact[0].candidates) == 3  # every candidate tried: done, not cut short
     short = tune(spec, timer=_timer(TIMES), progress=False, max_trials=2)
     assert not short[0].complete and "not cached" in short[0].reason and short[0].winner == {"name": "a"}
     full = tune(spec, timer=_timer(TIMES), progress=False)

@@ -71,7 +71,7 @@ def run_case(spec: OpSpec, case_name: str, seed: int = 0, provider: str | None =
     from kernelworks.spec import STEP
 
     (case,) = spec.find_cases([case_name], bench=False)
-    prov = spec.all_providers()[provider or spec.subject]
+    prov = spec.provider(provider)
     device = device or torch.device("cuda")
     torch.manual_seed(seed)
     inputs = spec.inputs(case, device)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA GPU is visible", file=sys.stderr)
         return 2
     spec = load_spec(args.target)
-    ok, why = spec.all_providers()[args.provider or spec.subject].available()
+    ok, why = spec.provider(args.provider).available()
     if not ok:
         print(SKIP_MARK + why, flush=True)
         return SKIPPED

@@ -145,6 +145,9 @@ def _reduce_patched(base: type, tag: str, attrs: dict) -> Callable:
 def _patched_instance(base: type, tag: str, attrs: dict, *args: Any) -> nn.Module:
     """An empty instance of ``base``'s patched subclass for ``tag`` (what unpickling a patched module calls;
     its state is then set as for any module)."""
+    from kernelworks.patch import attention  # imports transformers: only where a patched model is loaded
+
+    attention.register()  # a new process: the config names the "kernelworks" attention backend (idempotent)
     cls = _subclass(base, tag, {k: staticmethod(v) if kind == "static" else v for k, (kind, v) in attrs.items()})
     return cls.__new__(cls, *args)
 

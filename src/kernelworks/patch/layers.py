@@ -42,11 +42,13 @@ def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
 
 
 def _unhooked(m: torch.nn.Module) -> bool:
-    """No forward hooks or pre-hooks on ``m`` or on every module (``register_module_forward_hook``), and no
-    per-instance ``forward`` (accelerate's device-placement hooks replace it): calling ``m`` runs its class's
-    forward alone, so reading its parameters instead of calling it loses nothing."""
-    return not (m._forward_hooks or m._forward_pre_hooks or nn_module._global_forward_hooks
-                or nn_module._global_forward_pre_hooks or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
+    """No forward or backward hooks (or pre-hooks) on ``m`` or on every module (``register_module_*_hook``),
+    and no per-instance ``forward`` (accelerate's device-placement hooks replace it): calling ``m`` runs its
+    class's forward alone, so reading its parameters instead of calling it loses nothing."""
+    return not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+                or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
+                or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
 
 
 def _plain_linear(m: torch.nn.Module, *, bias: bool = False) -> bool:

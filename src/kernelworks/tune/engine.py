@@ -301,11 +301,15 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             (max_trials is not None and len(result.candidates) >= max_trials)
 
     times: dict[int, float | None] = {}
-    while not (stopped := spent()) and (batch := search.next_batch(times)):
+    stopped = False  # the budget or max_trials ended the search while its strategy had candidates left
+    while batch := search.next_batch(times):
+        if spent():
+            stopped = True
+            break
         chosen = [dict(configs[i - 1]) if i else {} for i in batch]
         checks = gate.check(chosen) if gate is not None else [None] * len(batch)
         for i, config, check in zip(batch, chosen, checks):
-            if spent():
+            if spent():  # candidates of this batch left untried
                 stopped = True
                 break
             cand = Candidate(config, "", order=i)
@@ -386,7 +390,7 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "a
         if write_cache and res.winner is not None and res.complete:
             cache.store(spec, case, res.winner, mode)
         elif res.winner is not None and not res.complete:
-            res.reason += " (search cut short by the budget: not cached)"
+            res.reason += " (search cut short by the budget or max_trials: not cached)"
         out.append(res)
     if bar is not None:
         bar.close()

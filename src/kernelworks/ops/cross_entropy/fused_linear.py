@@ -92,9 +92,9 @@ def _run(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias:
                                      cast_bytes=weight.numel() * weight.element_size() if separate_acc else 0)
     loss_rows = empty((n_rows,), dtype=torch.float32, device=device)
     grad_hidden = empty((n_rows, n_hidden), dtype=hidden.dtype, device=device) if need_hidden else None
-    # the first chunk's product writes the accumulator (beta = 0): no fill of V·H elements first
-    acc_w = (empty((n_vocab, n_hidden), dtype=accum_dtype, device=device) if n_rows else
-             torch.zeros((n_vocab, n_hidden), dtype=accum_dtype, device=device)) if need_weight else None
+    # the first chunk's product writes the accumulator (beta = 0): no fill of V·H elements first (hidden has rows:
+    # the op refuses empty inputs)
+    acc_w = empty((n_vocab, n_hidden), dtype=accum_dtype, device=device) if need_weight else None
     acc_b = torch.zeros((n_vocab,), dtype=torch.float32, device=device) if need_bias else None
     buf = empty((min(chunk, n_rows), n_vocab), dtype=hidden.dtype, device=device)
     weight_t = weight.t()

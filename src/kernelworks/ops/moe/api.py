@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from kernelworks.ops.moe.kernels import gather_rows, scale_rows_backward, sum_pairs
-from kernelworks.runtime.indices import check_index_tensor, check_index_values
+from kernelworks.runtime.indices import check_index_tensor, check_index_values, validation_enabled
 from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor, check_same_device
@@ -112,7 +112,8 @@ _unpermute = TorchOp("moe_unpermute", forward=_unpermute_forward, forward_fake=_
 
 def _check_routing(order: object, inverse: object, tokens: int, like: torch.Tensor) -> int:
     """``order`` and ``inverse``: 1-D integer tensors of one length ``P``, a multiple of ``tokens``, on
-    ``like``'s device (any strides); in validation mode, values in ``[0, P)``. Returns ``top_k = P / tokens``."""
+    ``like``'s device (any strides); in validation mode, values in ``[0, P)`` and each the other's inverse.
+    Returns ``top_k = P / tokens``."""
     check_index_tensor("order", order, ndim=1, like=like)
     check_index_tensor("inverse", inverse, ndim=1, like=like)
     n_pairs = order.shape[0]
@@ -122,6 +123,13 @@ def _check_routing(order: object, inverse: object, tokens: int, like: torch.Tens
         raise ValueError(f"order: expected tokens × top_k = a multiple of {tokens} entries, got {n_pairs}")
     check_index_values("order", order, 0, n_pairs)
     check_index_values("inverse", inverse, 0, n_pairs)
+    if validation_enabled():  # both in range: also inverse permutations of each other (no repeated entry)
+        position = torch.arange(n_pairs, device=order.device)
+        bad = inverse[order] != position
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"order, inverse: expected inverse permutations (inverse[order[i]] == i), got "
+                             f"order[{i}] = {int(order[i])}, inverse[{int(order[i])}] = {int(inverse[order[i]])}")
     return n_pairs // tokens
 
 
@@ -171,8 +179,8 @@ def moe_permute(hidden: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor
     Returns:
         ``[T·top_k, H]`` in ``hidden``'s dtype. Gradient: ``dhidden[t] = Σ_k dx[inverse[t·top_k + k]]``,
         summed in fp32 (no atomics: deterministic). ``order`` and ``inverse`` are checked in validation mode
-        (:func:`kernelworks.validation`, one sync); otherwise a value outside ``[0, T·top_k)`` reads as a zero
-        row and nothing is written outside the outputs.
+        (:func:`kernelworks.validation`: in range and inverse permutations, a few syncs); otherwise a value
+        outside ``[0, T·top_k)`` reads as a zero row and nothing is written outside the outputs.
     """
     check_float_tensor("hidden", hidden, min_dim=2, max_dim=2)
     _check_routing(order, inverse, hidden.shape[0], hidden)
