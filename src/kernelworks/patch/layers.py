@@ -48,7 +48,7 @@ def _unhooked(m: torch.nn.Module) -> bool:
     return not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
                 or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
                 or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
-                or "forward" in m.__dict__ or hasattr(m, "_hf_hook"))
+                or "forward" in m.__dict__ or "_hf_hook" in m.__dict__)  # dict look-ups: no __getattr__ miss
 
 
 def _plain_linear(m: torch.nn.Module, *, bias: bool = False) -> bool:
