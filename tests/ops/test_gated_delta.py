@@ -353,8 +353,9 @@ def test_segmented_prefill_matches_plain_and_reference(n_segments):
 
 
 def test_prefill_segment_count(monkeypatch):
-    """Segments only where the scan leaves SM slots idle and the sequence is long: as many as fit (264
-    slots: an H100), at least 128 chunks each, at most 16, three or more; none in the interpreter."""
+    """Segments only where the scan leaves SM slots idle (its programs fill at most 1/8 of them) and the
+    sequence is long: as many as fit (264 slots: an H100), at least 128 chunks each, at most 16, three or
+    more; none in the interpreter."""
     if DEVICE.type == "cpu":
         assert prefill_segments(1, 65536, 16, 128, torch.device(DEVICE)) == 1   # interpreter: no slots
     monkeypatch.setattr(prefill_chunked, "scan_slots", lambda device: 264)
@@ -364,7 +365,22 @@ def test_prefill_segment_count(monkeypatch):
     assert count(1, 1 << 21, 4, 128) == 16     # capped
     assert count(1, 16384, 16, 128) == 1       # two segments would not pay
     assert count(8, 65536, 16, 128) == 1       # the benchmark batch fills the GPU already
-    assert count(1, 32768, 32, 128) == 4       # 64 programs: 4 segments
+    assert count(1, 32768, 32, 128) == 1       # 64 programs (1/4 of the slots): the narrow scan instead
+    assert count(1, 65536, 8, 256) == 8        # 32 programs
+
+
+def test_scan_block_v(monkeypatch):
+    """The scan takes 32 V rows where its 64-row programs would fill at most half the SMs, else 64; 64 on
+    the CPU and in the interpreter, and for V ≤ 32."""
+    assert prefill_chunked.scan_block_v(1, 128, torch.device("cpu")) == 64
+    monkeypatch.setattr(prefill_chunked, "interpreter_active", lambda: False)
+    monkeypatch.setattr(prefill_chunked, "sm_count", lambda index=None: 132)
+    rows = functools.partial(prefill_chunked.scan_block_v, device=torch.device("cuda", 0))
+    assert rows(64, 128) == 32      # B 1, 32 value heads, V 128
+    assert rows(66, 128) == 32
+    assert rows(67, 128) == 64
+    assert rows(256, 128) == 64     # B 8, 16 heads: the GPU is full
+    assert rows(8, 32) == 64        # one block of V already
 
 
 def test_prefill_api_takes_segments_forward_and_backward(monkeypatch):

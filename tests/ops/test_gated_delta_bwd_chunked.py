@@ -260,7 +260,7 @@ OPTIONS_SPILL_BOUND = 64
 8–40 B); 0 at the benchmark shape."""
 
 
-@pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "varlen-t300-h0-final-write-fp16"])
+@pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "b1-t4096-h32-narrow-bf16", "varlen-t300-h0-final-write-fp16"])
 def test_compiles_for_sm90_without_spills(shape):
     """K = V = 128: the three backward kernels (the forward's recompute kernels are the forward tests'
     business) use wgmma and fit in registers (the scan within :data:`SCAN_SPILL_BOUND`; the chunk kernels
@@ -269,6 +269,9 @@ def test_compiles_for_sm90_without_spills(shape):
 
     if shape.startswith("b8"):
         launches, bound = _capture(8, 4096, 16, 16, 128, 128, BF16), 0
+    elif shape.startswith("b1"):  # one sequence: the dS scan takes 32 V rows (scan_block_v)
+        launches, bound = _capture(1, 4096, 16, 32, 128, 128, BF16), 0
+        assert [launch.args["BLOCK_V"] for launch in launches if launch.name == "_dh_scan_kernel"] == [32]
     else:
         launches = _capture(1, 300, 4, 8, 128, 128, F16, varlen=True, h0=True, final=True, write=True)
         bound = OPTIONS_SPILL_BOUND

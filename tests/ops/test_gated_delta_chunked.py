@@ -353,12 +353,18 @@ def _capture(B, T, hq, hv, K, V, dtype, *, fuse, varlen=False, h0=False, final=F
 
 
 @pytest.mark.parametrize("fuse", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "varlen-t300-h0-final-write-fp16"])
+@pytest.mark.parametrize("shape", ["b8-t4096-h16-bf16", "b1-t4096-h32-narrow-bf16", "varlen-t300-h0-final-write-fp16"])
 def test_compiles_for_sm90_without_spills(shape, fuse):
+    """Every forward kernel on sm_90 uses tensor cores and stays within its spill bound: the benchmark batch,
+    one sequence of 32 value heads (the narrow, 32-row scan: ``scan_block_v``) and every option."""
     from kernelworks.inspect import inspect_launch
 
     if shape.startswith("b8"):
         launches = _capture(8, 4096, 16, 16, 128, 128, BF16, fuse=fuse)
+    elif shape.startswith("b1"):
+        launches = _capture(1, 4096, 16, 32, 128, 128, BF16, fuse=fuse)
+        scans = [launch for launch in launches if launch.name == "_state_pass_kernel"]
+        assert {launch.args["BLOCK_V"] for launch in scans} == {32}, "one sequence: the narrow scan"
     else:
         launches = _capture(1, 300, 4, 8, 128, 128, F16, fuse=fuse, varlen=True, h0=True, final=True, write=True)
     names = [launch.name for launch in launches]

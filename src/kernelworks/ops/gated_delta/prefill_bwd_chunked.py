@@ -52,6 +52,7 @@ from kernelworks.ops.gated_delta.prefill_chunked import (
     _varlen_chunks,
     chunked_prefill_fwd,
     kernel_chunk,
+    scan_block_v,
 )
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active
@@ -512,7 +513,7 @@ class _Plan(NamedTuple):
 
 
 @cached_plan
-def _plan(K: int, V: int) -> _Plan:
+def _plan(K: int, V: int, scan_rows: int = 64) -> _Plan:
     """Tiles, warps, stages (16-bit inputs; the chunk is the forward's: 64 on the GPU). From the backward
     sweep on the H100 (``benchmarks/sweeps/gated_delta_backward.py``, ``results/h100-80gb-hbm3/sweeps/
     gated_delta_backward*.json``; B8 T4096 H16 K = V = 128 bf16, per-kernel times, every variant checked
@@ -534,6 +535,8 @@ def _plan(K: int, V: int) -> _Plan:
       to the input dtype anyway; worst gradient error 3.7e-3 → 4.0e-3).
     Together 2.18 ms (2.03 ms with the forward's T passed in, the public path) against 4.77 ms for the
     previous plan (fp32 states, 8 warps, W) in the same run.
+    - ``scan_rows``: the dS scan's V rows, 32 for a batch that leaves SMs idle (``prefill_chunked.scan_block_v``,
+      as the recompute's scan takes them).
     - Measured and dropped: the dq/dk and WY kernels as ONE program per chunk (commit ecd6517,
       ``_chunk_bwd_kernel``: no dW, dk part or dG parts through DRAM, 19.5 → 13.2 bytes-of-v per chunk). It
       is latency-bound: 1.81 ms at 4 warps (it spills ~300 B) and 1.98 ms at 8 (no spill) against 1.23 ms
@@ -549,8 +552,8 @@ def _plan(K: int, V: int) -> _Plan:
     # 64 K columns per dq/dk program, never fewer: at 4 warps, 16- and 32-column programs (K = 32, 64 split
     # in two) return wrong dk and dG on the H100 (triton 3.6; right at 8 warps, unsplit, and in the
     # interpreter: a miscompile; sweeps/gdn_bwd_diag.txt)
-    return _Plan(block_k, bv, bv, 4, 2, 4, 1, 4, 1, "ieee", K_SPLIT=max(1, block_k // 64), BLOCK_V_DQ=bv,
-                 states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
+    return _Plan(block_k, min(bv, scan_rows), bv, 4, 2, 4, 1, 4, 1, "ieee", K_SPLIT=max(1, block_k // 64),
+                 BLOCK_V_DQ=bv, states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
 
 
 def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
@@ -571,7 +574,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     ratio = H_v // H_qk
     dev, dt = v.device, v.dtype
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    plan = _plan(K, V)
+    plan = _plan(K, V, scan_block_v(n_seq * H_v * cdiv(V, 64), V, dev))
     is_16bit = q.dtype != torch.float32  # fp32 tiles as 16-bit dot operands are split hi + lo (where planned)
     states_dt = dt if plan.states_16bit else torch.float32
     # the varlen chunk tables once (the recompute takes them too): cu as the kernels read it, clamped

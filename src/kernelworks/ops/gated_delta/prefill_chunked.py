@@ -55,7 +55,7 @@ from kernelworks.ops.gated_delta.common import (
     zero_gaps,
 )
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.device import interpreter_active, sm_count
+from kernelworks.runtime.device import interpreter_active, planning_active, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -643,8 +643,24 @@ class _Plan(NamedTuple):
     late_out: bool = False     # K2 fused: the output's Q S₀ᵀ after U (q loaded late) instead of first
 
 
+def scan_block_v(programs: int, V: int, device: torch.device) -> int:
+    """V rows per state-scan program on the GPU for a scan of ``programs`` programs at 64 rows each
+    (sequences × value heads × ``cdiv(V, 64)``): 32 where those fill at most half the SMs, else 64.
+
+    The scan walks the chunks in series, so a batch too small to fill the GPU is bound by one program's
+    per-chunk latency, and narrower programs both shorten it and double their number. H100, one sequence of
+    16k–64k tokens, 32 value heads (64 programs of 64 rows; ``gated_delta_long.json``): 1.12 against 1.37 ms
+    at 16k, 4.45 against 5.48 at 64k (fused forward); 16 heads 1.04 against 1.33. Two sequences of 32 heads
+    (128 programs) gain 5%; at 256 and more programs (B 8, 16 heads) 64 rows win (544 against 741 µs in the
+    plan sweep)."""
+    if V <= 32 or interpreter_active() or not (device.type == "cuda" or planning_active()):
+        return 64
+    index = (device.index if device.index is not None else torch.cuda.current_device()) if device.type == "cuda" else 0
+    return 32 if 2 * programs <= sm_count(index) else 64
+
+
 @cached_plan
-def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
+def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool, scan_rows: int = 64) -> _Plan:
     """Tiles and warps, from the prefill plan sweep (``benchmarks/sweeps/gated_delta_prefill_plan.py``;
     H200, B 8 T 4096 H 16 K = V = 128 bf16, per-kernel GPU times in ``benchmarks/results/h200/sweeps/``).
     Whole K in every tile (one dot per product; K ≤ 256).
@@ -679,6 +695,7 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
       fused plans keep 2 stages, the default memcheck-clean at T 100 and 1000.
     - fp32 inputs: fp32 operands and ``ieee`` dots, 16-row V blocks; they spill heavily on sm_90: correct
       but slow, an accuracy path — route fp32 to ``prefill_fwd.py`` for speed.
+    - ``scan_rows`` (:func:`scan_block_v`): the scan's V rows when the batch leaves SMs idle (32); K3 keeps 64.
     The interpreter takes the requested chunk and one warp, and the GPU's choices otherwise."""
     block_k = next_pow2(max(K, 16))
     block_v_all = next_pow2(max(V, 16))
@@ -689,13 +706,12 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool) -> _Plan:
     if fp32:
         bv = min(block_v_all, 16)
         return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 8, 8, 8, 2, 4, "ieee")
+    bv, scan_bv = min(block_v_all, 64), min(block_v_all, scan_rows)
     if fused:
-        bv = min(block_v_all, 64)
-        return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
+        return _Plan(GPU_CHUNK, block_k, block_v_all, scan_bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
                      split_scan=False, split_out=False, fuse_wy=True, late_out=True, inv_precision="tf32")
-    bv = min(block_v_all, 64)
-    return _Plan(GPU_CHUNK, block_k, block_v_all, bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True, hs_16bit=True,
-                 split_scan=False, inv_precision="tf32")
+    return _Plan(GPU_CHUNK, block_k, block_v_all, scan_bv, bv, 2, 4, 4, 2, 4, "ieee", inv_product=True,
+                 hs_16bit=True, split_scan=False, inv_precision="tf32")
 
 
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple:
@@ -776,7 +792,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     dt = v.dtype
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     fp32 = q.dtype == torch.float32
-    plan = _plan(chunk_size, K, V, fp32, bool(fuse_output))
+    plan = _plan(chunk_size, K, V, fp32, bool(fuse_output), scan_block_v(n_seq * H_v * cdiv(V, 64), V, dev))
     chunk, block_k, block_v, precision = plan.CHUNK, plan.BLOCK_K, plan.BLOCK_V, plan.DOT_PRECISION
     w = write_strength if write_strength is not None else beta
     if cu_seqlens is None:
@@ -875,6 +891,11 @@ scan is longer (H100, ``sweeps/gated_delta_segments.json``: B 1 H 16, T 32k 2.55
 T 64k 5.09 → 2.50 ms in 8; at T 16k and below the plain forward is faster)."""
 SEGMENT_MAX = 16
 """The most segments: the start states are combined one segment boundary (one launch) at a time."""
+SEGMENT_MIN_IDLE = 8
+"""Segments only for a batch whose scan programs (64 rows each) fill at most 1/8 of the slots. Where they
+fill more, the narrow scan (:func:`scan_block_v`) fills the GPU for less: one sequence, 32 value heads
+(64 programs, 1/4 of the H100's slots), T 32k 2.20 ms against 2.51 in 4 segments, T 64k 4.45 against 4.87
+(``gated_delta_long.json``)."""
 
 
 def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device) -> int:
@@ -883,10 +904,11 @@ def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device)
     batch with fewer programs than a third of the slots leaves SMs idle while each program walks ``T / 64``
     chunks in series (B 1, H 16, T 32k: 32 programs for 264 slots). Segments fill the slots: as many as
     fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at most :data:`SEGMENT_MAX`, and only when there are
-    three or more (two barely pay for the transitions' pass: ``sweeps/gated_delta_segments.json``)."""
-    n = min(scan_slots(device) // (batch * H_v * cdiv(V, 64)), cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS,
-            SEGMENT_MAX)
-    return n if n >= 3 else 1
+    three or more (two barely pay for the transitions' pass: ``sweeps/gated_delta_segments.json``), when
+    the programs fill at most 1/:data:`SEGMENT_MIN_IDLE` of the slots."""
+    idle = scan_slots(device) // (batch * H_v * cdiv(V, 64))
+    n = min(idle, cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS, SEGMENT_MAX)
+    return n if n >= 3 and idle >= SEGMENT_MIN_IDLE else 1
 
 
 def scan_slots(device: torch.device) -> int:
