@@ -318,3 +318,16 @@ def test_gpu_bf16_against_fp32_reference_and_sequential(varlen, K, V):
         assert not a.isnan().any(), nm
         assert _rel(a, r) <= 2e-2, f"grad {nm}: rel {_rel(a, r):.2e} against fp32"
         assert _rel(a, b) <= 2e-2, f"grad {nm}: rel {_rel(a, b):.2e} against the sequential backward"
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4])
+def test_sum_head_groups_matches_torch(ratio):
+    """The grouped heads' gradient sum: exactly torch's fp32 sum over each group; rounded once to bf16."""
+    from kernelworks.ops.gated_delta.common import sum_head_groups
+
+    x = torch.randn(2, 7, 4 * ratio, 48, device=DEVICE)
+    got = sum_head_groups(x, ratio, torch.float32)
+    assert torch.equal(got, x.view(2, 7, 4, ratio, 48).sum(3))
+    half = sum_head_groups(x, ratio, torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and half.shape == (2, 7, 4, 48)
+    torch.testing.assert_close(half.float(), got, rtol=1e-2, atol=1e-2)

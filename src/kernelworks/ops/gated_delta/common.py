@@ -25,6 +25,8 @@ import triton
 import triton.language as tl
 
 from kernelworks.ops._math import LOG2E
+from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.launch import cdiv, launch, next_pow2
 
 G_FLOOR = tl.constexpr(-100.0)
 """The least per-token log2-decay: a floored gate scales what came before by ``2^−100`` ≈ 8e-31, a full
@@ -129,3 +131,31 @@ def sequence_offsets(cu_seqlens: torch.Tensor, T: int) -> torch.Tensor:
     non-decreasing (a running maximum: an entry below its predecessor makes an empty sequence), on the
     device with no sync. The identity on a valid table; strided or expanded views come back contiguous."""
     return torch.cummax(cu_seqlens.clamp(0, T).to(torch.int32), 0).values
+
+
+@triton.jit
+def _sum_groups_kernel(p_x, p_out, R, RATIO: tl.constexpr, K: tl.constexpr, BLOCK_R: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    """``out[r] = Σ_j x[r·RATIO + j]`` over rows of K, in fp32 and in a fixed order, rounded once to out's
+    dtype: the gradient of a q/k head summed over the value heads that share it, in one pass."""
+    o_r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_k = tl.arange(0, BLOCK_K)
+    m = (o_r < R)[:, None] & (o_k < K)[None, :]
+    acc = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.float32)
+    for j in tl.static_range(RATIO):
+        acc += tl.load(p_x + (o_r * RATIO + j)[:, None] * K + o_k[None, :], mask=m, other=0.0)
+    tl.store(p_out + o_r[:, None] * K + o_k[None, :], acc.to(p_out.dtype.element_ty), mask=m)
+
+
+def sum_head_groups(x: torch.Tensor, ratio: int, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` ``[B, T, H_v, K]`` float32 (contiguous), value heads in groups of ``ratio`` per q/k head, summed
+    to ``[B, T, H_v / ratio, K]`` in ``dtype`` (one kernel; ``x.view(…, ratio, K).sum(3).to(dtype)`` took a
+    reduction and a cast, ~0.46 ms of a 16k-token Qwen3-Next backward on the H100)."""
+    B, T, H_v, K = x.shape
+    out = empty((B, T, H_v // ratio, K), dtype=dtype, device=x.device)
+    rows = B * T * (H_v // ratio)
+    block_k = next_pow2(K)
+    block_r = max(1, 4096 // block_k)
+    launch(_sum_groups_kernel, (cdiv(rows, block_r),), x, out, rows,
+           num_warps=4, RATIO=ratio, K=K, BLOCK_R=block_r, BLOCK_K=block_k)
+    return out

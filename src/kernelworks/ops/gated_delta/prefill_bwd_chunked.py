@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelworks.ops.gated_delta.common import zero_gaps
+from kernelworks.ops.gated_delta.common import sum_head_groups, zero_gaps
 from kernelworks.ops.gated_delta.prefill_chunked import (
     _chunk_program,
     _dot32,
@@ -651,8 +651,8 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
            LOAD_T=reuse_T, DOT_PRECISION=plan.DOT_PRECISION, DG_PARTS=n_split)
 
     if ratio > 1:  # the deterministic sum over the value heads that share a q/k head
-        dq = dq.view(B, T, H_qk, ratio, K).sum(3).to(q.dtype)
-        dk_out = dk_out.view(B, T, H_qk, ratio, K).sum(3).to(k.dtype)
+        dq = sum_head_groups(dq, ratio, q.dtype)
+        dk_out = sum_head_groups(dk_out, ratio, k.dtype)
     out = [dq, dk_out, dv, dg, dbeta]
     if write_strength is not None:
         out.append(dw)
