@@ -265,6 +265,8 @@ def _prefill_bench_cases() -> list[Case]:
                     hq=16, hv=16, K=128, V=128, tags=("gpu",)))
     # equal tokens in one sequence: 32 scan programs alone would leave most SMs idle (segment-parallel scan)
     out.append(case("b1-t32768-h16", _BF16, batch=1, T=32768, hq=16, hv=16, K=128, V=128, tags=("gpu",)))
+    # Qwen3-Next's heads (16 q/k, 32 v) on one 16k sequence: 64 scan programs, the narrow scan (issue 19)
+    out.append(case("b1-t16384-qwen3next", _BF16, batch=1, T=16384, hq=16, hv=32, K=128, V=128, tags=("gpu",)))
     return out
 
 
