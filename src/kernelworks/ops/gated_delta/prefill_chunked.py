@@ -649,10 +649,11 @@ def scan_block_v(programs: int, V: int, device: torch.device) -> int:
 
     The scan walks the chunks in series, so a batch too small to fill the GPU is bound by one program's
     per-chunk latency, and narrower programs both shorten it and double their number. H100, one sequence of
-    16k–64k tokens, 32 value heads (64 programs of 64 rows; ``gated_delta_long.json``): 1.12 against 1.37 ms
-    at 16k, 4.45 against 5.48 at 64k (fused forward); 16 heads 1.04 against 1.33. Two sequences of 32 heads
-    (128 programs) gain 5%; at 256 and more programs (B 8, 16 heads) 64 rows win (544 against 741 µs in the
-    plan sweep)."""
+    16k–64k tokens, 32 value heads (64 programs of 64 rows): 1.13 against 1.40 ms at 16k, 4.46 against 5.46 at
+    64k (forward; the backward's two scans gain too: forward + backward 4.50 against 5.02 ms at 16k); 16 heads
+    1.04 against 1.31. Two sequences of 32 heads (128 programs) gain 5%; at 256 programs (B 8, 16 heads) 64
+    rows win (0.56 against 0.76 ms). 16 rows lose to 32 but for 16 heads (0.99 against 1.04 ms).
+    ``benchmarks/sweeps/gated_delta_long.py``; ``results/h100-80gb-hbm3/gaps/gated_delta-long-*``."""
     if V <= 32 or interpreter_active() or not (device.type == "cuda" or planning_active()):
         return 64
     index = (device.index if device.index is not None else torch.cuda.current_device()) if device.type == "cuda" else 0
@@ -886,16 +887,19 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 
 SEGMENT_MIN_CHUNKS = 128
 """The shortest segment :func:`prefill_segments` makes (chunks; 8192 tokens). The segmented forward makes
-~60 small launches and torch ops, ~2 ms of host time on the H100's host, so it pays only where the plain
-scan is longer (H100, ``sweeps/gated_delta_segments.json``: B 1 H 16, T 32k 2.55 → 1.79 ms in 4 segments,
-T 64k 5.09 → 2.50 ms in 8; at T 16k and below the plain forward is faster)."""
+~60 small launches and torch ops, 1.3–3.7 ms of host time a call on the H100's host, so it pays only where
+the plain scan is longer. On the device alone segments win earlier (B 1, 16 value heads, T 16k: 0.80 ms in
+8 segments against 1.04 for the narrow plain scan; ``gaps/gated_delta-long-variants.json``), but an eager
+call would then wait on its host. (The first sweep, ``sweeps/gated_delta_segments.json``, timed with
+``do_bench``, which charges a call whose host is slower than its kernels that host time: B 1 H 16, T 32k
+2.55 → 1.79 ms in 4 segments.)"""
 SEGMENT_MAX = 16
 """The most segments: the start states are combined one segment boundary (one launch) at a time."""
 SEGMENT_MIN_IDLE = 8
 """Segments only for a batch whose scan programs (64 rows each) fill at most 1/8 of the slots. Where they
 fill more, the narrow scan (:func:`scan_block_v`) fills the GPU for less: one sequence, 32 value heads
 (64 programs, 1/4 of the H100's slots), T 32k 2.20 ms against 2.51 in 4 segments, T 64k 4.45 against 4.87
-(``gated_delta_long.json``)."""
+(device times, ``gaps/gated_delta-long-variants.json``)."""
 
 
 def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device) -> int:
@@ -904,8 +908,7 @@ def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device)
     batch with fewer programs than a third of the slots leaves SMs idle while each program walks ``T / 64``
     chunks in series (B 1, H 16, T 32k: 32 programs for 264 slots). Segments fill the slots: as many as
     fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at most :data:`SEGMENT_MAX`, and only when there are
-    three or more (two barely pay for the transitions' pass: ``sweeps/gated_delta_segments.json``), when
-    the programs fill at most 1/:data:`SEGMENT_MIN_IDLE` of the slots."""
+    three or more, when the programs fill at most 1/:data:`SEGMENT_MIN_IDLE` of the slots."""
     idle = scan_slots(device) // (batch * H_v * cdiv(V, 64))
     n = min(idle, cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS, SEGMENT_MAX)
     return n if n >= 3 and idle >= SEGMENT_MIN_IDLE else 1
