@@ -169,6 +169,34 @@ def test_moe_router_logits_and_aux_loss(family):
     torch.testing.assert_close(_grads(model)[router], _grads(reference)[router], **TOL)
 
 
+def _graph_nodes(t: torch.Tensor) -> set[str]:
+    """Names of the autograd nodes ``t`` was computed through."""
+    seen, stack, names = set(), [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_experts_take_the_packed_gate_up(family):
+    """The patched experts hand the gated activation the whole gate-up product: no slice of it in the
+    graph, whose backward would zero-fill and copy a [pairs, 2I] gradient per half."""
+    model, _ = _pair(family)
+    kernelworks.patch(model)
+    experts = model.model.layers[0].mlp.experts
+    tokens = torch.randn(6, model.config.hidden_size, device=DEVICE, requires_grad=True)
+    top_k = torch.stack([torch.randperm(experts.num_experts)[:2] for _ in range(6)]).to(DEVICE)
+    weights = torch.rand(6, 2, device=DEVICE, requires_grad=True)
+    nodes = _graph_nodes(experts(tokens, top_k, weights))
+    assert not any(n.startswith("Slice") for n in nodes), nodes
+    assert any("Swiglu" in n or "Geglu" in n or "Activation" in n for n in nodes), nodes
+
+
 def test_experts_in_another_layout_stay_on_torch():
     """Stacked experts in a layout the grouped kernels do not compute (here: expert parallel) keep HF's
     forward, with a warning; the dense MLPs are still patched."""
