@@ -19,7 +19,8 @@ backward refuses triton < 3.7.1 on Hopper (its issue #640), so only its forward 
     python benchmarks/sweeps/gated_delta_long.py rows --out $OUT [--shapes B1-T16k-qk16-v32,...]
     python benchmarks/sweeps/gated_delta_long.py rows --smoke             # no GPU: the script on tiny shapes
 
-Results: ``benchmarks/results/h100-80gb-hbm3/gaps/gated_delta-long-*`` (session 18).
+Results: ``benchmarks/results/h100-80gb-hbm3/gaps/gated_delta-long-*`` (session 18; the ``variants`` file
+came from this script's first form, which also kept per-kernel times and had no ``chosen_rows``).
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def _variants_row(tag: str, B: int, T: int, hq: int, hv: int, dev: str, dt: torc
     if fla is not None:
         variants["fla"] = lambda: fla(q=q, k=k, v=v, g=g, beta=beta, scale=D ** -0.5, output_final_state=True)
     row = {"chosen_segments": prefill_chunked.prefill_segments(B, T, hv, D, q.device),
-           "chosen_rows": _auto_rows(B * hv * 2, D, q.device), "fwd": {}, "host_us": {}, "err": {}}
+           "chosen_rows": _auto_rows(B * hv * -(-D // 64), D, q.device), "fwd": {}, "host_us": {}, "err": {}}
     with torch.no_grad():
         o0, f0, _ = variants["plain"]()
         for name, fn in variants.items():
@@ -144,7 +145,7 @@ def _rows_row(tag: str, B: int, T: int, hq: int, hv: int, dev: str, dt: torch.dt
     q, k, v, g, beta = _inputs(B, T, hq, hv, D, dev, dt)
     do = torch.randn_like(v)
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, g, beta)]
-    row = {"auto_rows": _auto_rows(B * hv * 2, D, q.device),
+    row = {"auto_rows": _auto_rows(B * hv * -(-D // 64), D, q.device),
            "segments": prefill_chunked.prefill_segments(B, T, hv, D, q.device),
            "fwd": {}, "fwdbwd": {}, "grad_err": {}, "host_us": {}}
 
@@ -202,7 +203,7 @@ def _print_variants(res: dict) -> None:
     print(f"\nforward device ms ({res['device']}); fla/x = fla's time over the variant's")
     for tag, row in res["shapes"].items():
         fla = row["fwd"].get("fla")
-        print(f"-- {tag} (chosen segments {row['chosen_segments']}, rows {row['chosen_rows']})")
+        print(f"-- {tag} (chosen segments {row['chosen_segments']}, rows {row.get('chosen_rows')})")
         for name, ms in row["fwd"].items():
             if ms is None:
                 print(f"   {name:14s} FAILED {row['err'][name]}")
@@ -215,11 +216,14 @@ def _print_variants(res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("study", choices=("variants", "rows"))
-    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for gated_delta-long-<study>.json")
+    ap.add_argument("study", nargs="*", help="variants, rows (default: both)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."),
+                    help="folder for gated_delta-long-<study>.json, or a file F.json (then F-<study>.json)")
     ap.add_argument("--shapes", help="comma-separated shape names (default: all)")
     ap.add_argument("--smoke", action="store_true", help="no GPU: the interpreter on tiny shapes, nothing timed")
     args = ap.parse_args()
+    if set(args.study) - {"variants", "rows"}:
+        ap.error(f"unknown study {sorted(set(args.study) - {'variants', 'rows'})}: variants, rows")
     if args.smoke:
         shapes, dev, dt, D = {"smoke-B1-T96-qk1-v2": (1, 96, 1, 2)}, "cpu", torch.float16, 16
     else:
@@ -228,16 +232,21 @@ def main() -> None:
             shapes = {k: SHAPES[k] for k in args.shapes.split(",")}
     fla = None if args.smoke else _fla()
     time = _Timer(args.smoke)
-    res = {"device": "cpu-smoke" if args.smoke else torch.cuda.get_device_name(), "torch": torch.__version__,
-           "commit": os.environ.get("KERNELWORKS_COMMIT")}
-    if args.study == "variants":
-        res["shapes"] = study_variants(shapes, dev, dt, D, time, fla)
+    if args.out.endswith(".json"):  # benchmarks/gpu_session.sh's sweeps stage passes a file
+        folder, prefix = os.path.dirname(args.out) or ".", os.path.basename(args.out)[:-5]
     else:
-        res["shapes"] = study_rows(shapes, dev, dt, D, time, fla, args.smoke)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"gated_delta-long-{args.study}.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    (_print_variants if args.study == "variants" else _print_rows)(res)
+        folder, prefix = args.out, "gated_delta-long"
+    os.makedirs(folder, exist_ok=True)
+    for study in args.study or ("variants", "rows"):
+        res = {"device": "cpu-smoke" if args.smoke else torch.cuda.get_device_name(),
+               "torch": torch.__version__, "commit": os.environ.get("KERNELWORKS_COMMIT"), "study": study}
+        if study == "variants":
+            res["shapes"] = study_variants(shapes, dev, dt, D, time, fla)
+        else:
+            res["shapes"] = study_rows(shapes, dev, dt, D, time, fla, args.smoke)
+        with open(os.path.join(folder, f"{prefix}-{study}.json"), "w") as fh:
+            json.dump(res, fh, indent=1)
+        (_print_variants if study == "variants" else _print_rows)(res)
 
 
 if __name__ == "__main__":

@@ -331,3 +331,24 @@ def test_sum_head_groups_matches_torch(ratio):
     half = sum_head_groups(x, ratio, torch.bfloat16)
     assert half.dtype == torch.bfloat16 and half.shape == (2, 7, 4, 48)
     torch.testing.assert_close(half.float(), got, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_sum_head_groups_rounds_once():
+    """On the GPU the grouped sum rounds to bf16 once, as torch's fp32 sum then cast does (the interpreter's
+    cast truncates, so this runs on a GPU only)."""
+    from kernelworks.ops.gated_delta.common import sum_head_groups
+
+    x = torch.randn(3, 33, 32, 128, device=DEVICE)
+    for ratio in (2, 4):
+        want = x.view(3, 33, 32 // ratio, ratio, 128).sum(3)
+        assert torch.equal(sum_head_groups(x, ratio, torch.bfloat16), want.to(torch.bfloat16))
+
+
+def test_sum_head_groups_refuses_what_it_cannot_index():
+    from kernelworks.ops.gated_delta.common import sum_head_groups
+
+    x = torch.randn(2, 3, 8, 16, device=DEVICE)
+    for bad, ratio in ((x.transpose(1, 2), 2), (x.half(), 2), (x, 3)):
+        with pytest.raises(ValueError, match="sum_head_groups"):
+            sum_head_groups(bad, ratio, torch.bfloat16)

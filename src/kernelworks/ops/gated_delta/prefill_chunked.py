@@ -643,6 +643,15 @@ class _Plan(NamedTuple):
     late_out: bool = False     # K2 fused: the output's Q S₀ᵀ after U (q loaded late) instead of first
 
 
+def _planned_sms(device: torch.device) -> int:
+    """Multiprocessors of the GPU the launches are planned for: ``device``'s, or the planned GPU's under
+    ``kw inspect`` (``planning_active``) on a CPU tensor; 0 in the interpreter and on the CPU."""
+    if interpreter_active() or not (device.type == "cuda" or planning_active()):
+        return 0
+    index = (device.index if device.index is not None else torch.cuda.current_device()) if device.type == "cuda" else 0
+    return sm_count(index)
+
+
 def scan_block_v(programs: int, V: int, device: torch.device) -> int:
     """V rows per state-scan program on the GPU for a scan of ``programs`` programs at 64 rows each
     (sequences × value heads × ``cdiv(V, 64)``): 32 where those fill at most half the SMs, else 64.
@@ -651,13 +660,13 @@ def scan_block_v(programs: int, V: int, device: torch.device) -> int:
     per-chunk latency, and narrower programs both shorten it and double their number. H100, one sequence of
     16k–64k tokens, 32 value heads (64 programs of 64 rows): 1.13 against 1.40 ms at 16k, 4.46 against 5.46 at
     64k (forward; the backward's two scans gain too: forward + backward 4.50 against 5.02 ms at 16k); 16 heads
-    1.04 against 1.31. Two sequences of 32 heads (128 programs) gain 5%; at 256 programs (B 8, 16 heads) 64
-    rows win (0.56 against 0.76 ms). 16 rows lose to 32 but for 16 heads (0.99 against 1.04 ms).
-    ``benchmarks/sweeps/gated_delta_long.py``; ``results/h100-80gb-hbm3/gaps/gated_delta-long-*``."""
-    if V <= 32 or interpreter_active() or not (device.type == "cuda" or planning_active()):
-        return 64
-    index = (device.index if device.index is not None else torch.cuda.current_device()) if device.type == "cuda" else 0
-    return 32 if 2 * programs <= sm_count(index) else 64
+    1.04 against 1.31. At 256 programs (B 8, 16 heads) 64 rows win (0.56 against 0.76 ms). Between the two,
+    128 programs keep 64 rows: two sequences of 32 heads would gain 5% at 32 rows, but the segmented forward's
+    scans (128 programs of 64 rows for 4 segments of 16 heads) lose 13–15% at 32. 16 rows lose to 32 but for
+    16 heads (0.99 against 1.04 ms). ``benchmarks/sweeps/gated_delta_long.py``;
+    ``results/h100-80gb-hbm3/gaps/gated_delta-long-*``."""
+    sms = _planned_sms(device)
+    return 32 if V > 32 and 0 < 2 * programs <= sms else 64
 
 
 @cached_plan
@@ -905,10 +914,11 @@ fill more, the narrow scan (:func:`scan_block_v`) fills the GPU for less: one se
 def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device) -> int:
     """How many segments the dense 16-bit forward splits each sequence into on ``device`` (1: none). The
     scan runs one program per (sequence, value head, 64-row V block), two per SM (:func:`scan_slots`); a
-    batch with fewer programs than a third of the slots leaves SMs idle while each program walks ``T / 64``
-    chunks in series (B 1, H 16, T 32k: 32 programs for 264 slots). Segments fill the slots: as many as
-    fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at most :data:`SEGMENT_MAX`, and only when there are
-    three or more, when the programs fill at most 1/:data:`SEGMENT_MIN_IDLE` of the slots."""
+    small batch leaves SMs idle while each program walks ``T / 64`` chunks in series (B 1, H 16, T 32k: 32
+    programs for an H100's 264 slots). Segments fill the slots when the programs fill at most
+    1/:data:`SEGMENT_MIN_IDLE` of them: as many as fit, each at least :data:`SEGMENT_MIN_CHUNKS` chunks, at
+    most :data:`SEGMENT_MAX`, and only three or more. (An H100 PCIe's 114 SMs give that B 1 H 16 batch 7
+    slots a program: no segments there, the narrow scan instead.)"""
     idle = scan_slots(device) // (batch * H_v * cdiv(V, 64))
     n = min(idle, cdiv(T, GPU_CHUNK) // SEGMENT_MIN_CHUNKS, SEGMENT_MAX)
     return n if n >= 3 and idle >= SEGMENT_MIN_IDLE else 1
@@ -917,9 +927,7 @@ def prefill_segments(batch: int, T: int, H_v: int, V: int, device: torch.device)
 def scan_slots(device: torch.device) -> int:
     """Scan programs the GPU holds at once: two per SM (4 warps at 255 registers); 0 in the interpreter and
     on the CPU (no segments there)."""
-    if interpreter_active() or device.type != "cuda":
-        return 0
-    return 2 * sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return 2 * _planned_sms(device)
 
 
 def segmented_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
