@@ -67,6 +67,16 @@ def test_a_case_filter_matching_nothing_is_an_error_not_a_pass(capsys):
     assert "no case matched" in capsys.readouterr().err
 
 
+def test_a_check_where_every_case_skipped_is_not_a_pass(capsys, monkeypatch):
+    """A provider that is not installed (here: made absent) checks nothing; that exits 2, not 0."""
+    from kernelworks.spec import load_spec
+
+    spec = load_spec("softmax")
+    monkeypatch.setattr(type(spec.provider("kernelworks")), "available", lambda self: (False, "made absent"))
+    assert main(["check", "softmax", "--quick", "--no-probes"]) == 2
+    assert "nothing was checked" in capsys.readouterr().err
+
+
 def test_check_all_with_a_case_runs_the_ops_that_have_it(capsys):
     assert main(["check", "all", "--case", "t5-k2-h24-fp32", "--no-probes"]) == 0
     out = capsys.readouterr().out
@@ -211,3 +221,27 @@ def test_report_keeps_what_it_found_when_cut_short(tmp_path):
         make_report(tmp_path, ops=["gelu", "silu"], bench=False, log=stop_after_first)
     text = (tmp_path / "report.md").read_text()
     assert "| gelu |" in text and "| silu |  |  |  | not run (cut short) |" in text
+
+
+def test_bench_names_a_bad_op_or_case_before_asking_for_a_gpu(capsys):
+    """A typo is reported as such on any machine, not hidden behind the GPU message."""
+    assert main(["bench", "softmx"]) == 2
+    assert "no op named 'softmx'" in capsys.readouterr().err
+    assert main(["bench", "swiglu", "--case", "nope"]) == 2
+    assert "has no bench case named ['nope']" in capsys.readouterr().err
+    assert main(["bench", "all", "--case", "nope"]) == 2
+    assert "no op has a bench case named ['nope']" in capsys.readouterr().out
+
+
+def test_a_subcommand_reports_its_own_unknown_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "softmax", "--qick"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kw check") and "unrecognized arguments: --qick" in err
+
+
+def test_ops_lists_an_ops_case_ids(capsys):
+    assert main(["ops", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "1x4096-bf16" in out and "bench" in out and "check" in out

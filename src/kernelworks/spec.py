@@ -42,6 +42,14 @@ STEP = "fwd+bwd"  # a bench-only mode: the training step, forward then backward,
 """Bench/check directions. ``bwd`` is the backward pass alone (the forward runs outside the timed region)."""
 
 
+class UnknownCaseError(KeyError, ValueError):
+    """A case name a spec does not have: a ``KeyError`` (a lookup by name) and a ``ValueError`` (bad input),
+    printed as its message, without the quotes ``KeyError`` adds."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class Case:
     """One named shape/dtype/layout point of an op.
@@ -273,6 +281,11 @@ class OpSpec:
             self._compiled_reference = torch.compile(self.reference, dynamic=False)
         return self._compiled_reference(**inputs)
 
+    def has_cases(self, names: Iterable[str], *, bench: bool) -> bool:
+        """Whether every name (or id) is one of this spec's bench (or check) cases."""
+        pool = self.bench_cases if bench else self.check_cases
+        return all(any(n in (c.name, c.id) for c in pool) for n in names)
+
     def find_cases(self, names: Iterable[str] | None, *, bench: bool) -> list[Case]:
         """Cases by name or id (all of the set when ``names`` is None); unknown names raise ``KeyError``."""
         pool = list(self.bench_cases if bench else self.check_cases)
@@ -283,8 +296,8 @@ class OpSpec:
         missing = [n for n in wanted if not any(n in (c.name, c.id) for c in pool)]
         if missing:
             kind = "bench" if bench else "check"
-            raise KeyError(f"spec {self.name!r} has no {kind} case named {missing}; "
-                           f"known: {[c.id for c in pool]}")
+            raise UnknownCaseError(f"spec {self.name!r} has no {kind} case named {missing}; "
+                                   f"known: {[c.id for c in pool]}")
         return chosen
 
 

@@ -122,15 +122,18 @@ def test_import_is_quiet_on_the_installed_stack():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter is only switched on without a GPU")
-def test_triton_imported_first_warns():
+def test_triton_imported_first_warns_then_refuses():
     """With no GPU, triton imported before kernelworks has its library built for a GPU: every kernel would
-    fail with "Cannot call @triton.jit'd outside of the scope of a kernel". Say so at import."""
+    fail with "Cannot call @triton.jit'd outside of the scope of a kernel". Say so at import, and refuse a
+    call with the remedy instead of Triton's error."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = "import warnings\nwarnings.simplefilter('always')\nimport triton\nimport kernelworks\n"
+    code = ("import warnings\nwarnings.simplefilter('always')\nimport triton\nimport torch\nimport kernelworks\n"
+            "try:\n    kernelworks.softmax(torch.randn(2, 8))\nexcept RuntimeError as e:\n    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "triton was imported before kernelworks" in out.stderr
+    assert out.stdout.startswith("refused: triton was imported before kernelworks"), out.stdout
 
 
 def test_pyproject_declares_exactly_the_tested_range():

@@ -9,7 +9,7 @@ from pathlib import Path
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time an op against its baselines (GPU)",
                        description="Device-event timing after warm-up, median of many, L2 flushed; "
-                                   "time, TFLOP/s, GB/s and %% of speed of light per provider.")
+                                   "time, TFLOP/s, GB/s and % of speed of light per provider.")
     p.add_argument("target", nargs="+", help="registered op name(s), 'all', or path/to/file.py:SPEC")
     p.add_argument("--case", action="append", help="only this case (name or id); repeatable")
     p.add_argument("--providers", help="comma-separated providers (default: all available)")
@@ -34,23 +34,33 @@ def run(args: argparse.Namespace) -> int:
     from kernelworks.hardware import ceilings
     from kernelworks.spec import load_spec, registry
 
-    if not torch.cuda.is_available():
-        print("kw bench: no CUDA GPU is visible. Timings need a GPU (the CPU interpreter's times mean "
-              "nothing); `kw check` runs correctness here.")
-        return 2
+    # what to run is checked first (an unknown op, spec file or case is an error, GPU or not), the GPU second
+    targets = list(registry()) if args.target == ["all"] else args.target
+    specs = [load_spec(t) for t in targets]
+    if args.case:
+        if args.target == ["all"]:  # `all --case X`: the ops that have such a case
+            specs = [spec for spec in specs if spec.has_cases(args.case, bench=True)]
+            if not specs:
+                print(f"kw bench: error: no op has a bench case named {args.case}")
+                return 2
+        else:
+            for spec in specs:
+                spec.find_cases(args.case, bench=True)  # KeyError naming the known cases
     for option, folder in (("--save", args.save), ("--plot", args.plot)):
         if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
             print(f"kw bench: {option}: {folder} is a file, expected a folder")  # before the timings, not after
             return 2
+    if not torch.cuda.is_available():
+        print("kw bench: no CUDA GPU is visible. Timings need a GPU (the CPU interpreter's times mean "
+              "nothing); `kw check` runs correctness here.")
+        return 2
     ceil = ceilings()
     assert ceil is not None
     print(f"{ceil.gpu}: ceilings from the {ceil.source} (copy {ceil.bandwidth_gbs:.0f} GB/s)"
           + ("" if ceil.source == "measured" else "; run `kw calibrate` to measure them"))
-    targets = list(registry()) if args.target == ["all"] else args.target
     providers = args.providers.split(",") if args.providers else None
     env = environment(ceil)
-    for t in targets:
-        spec = load_spec(t)
+    for spec in specs:
         records = run_bench(spec, args.case, providers=providers, modes=args.mode, ceil=ceil,
                             tags=["quick"] if args.quick else None, cuda_graph=args.cuda_graph,
                             probes=not args.no_probes)

@@ -82,14 +82,6 @@ def sanitize_request(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[I
     return (parse_tools(args.sanitize_tools or TOOLS) if asked else ()), rules
 
 
-def _has_cases(spec, names: list[str]) -> bool:
-    try:
-        spec.find_cases(names, bench=False)
-    except KeyError:
-        return False
-    return True
-
-
 def run(args: argparse.Namespace) -> int:
     from kernelworks.check import check_table, failure_details, run_check, summarize
     from kernelworks.check.engine import where_checks_run
@@ -106,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     targets = list(registry()) if args.target == ["all"] else args.target
     specs = [load_spec(t) for t in targets]  # every target resolved before the first case runs
     if args.target == ["all"] and args.case:  # `all --case X`: the ops that have such a case
-        specs = [spec for spec in specs if _has_cases(spec, args.case)]
+        specs = [spec for spec in specs if spec.has_cases(args.case, bench=False)]
     passed = failed = skipped = 0
     sanitized = []
     for i, spec in enumerate(specs):
@@ -133,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if not passed + failed + skipped:  # a filter that matched nothing checked nothing: not a pass
         print("kw check: error: no case matched" + (f" --case {' '.join(args.case)}" if args.case else "")
               + (" --quick" if args.quick else ""), file=sys.stderr)
+        return 2
+    if not passed + failed:  # every case skipped (a provider absent, GPU-only cases on a CPU): not a pass either
+        print("kw check: nothing was checked: every selected case was skipped (the table says why)", file=sys.stderr)
         return 2
     if tools:
         from kernelworks.check.sanitize import sanitize_summary

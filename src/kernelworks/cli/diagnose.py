@@ -9,7 +9,7 @@ import json
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diagnose", help="what limits an op on this GPU, and what to try next (GPU)",
                        description="Times one case, reads the cost model and the compiled kernels (kw inspect) "
-                                   "and names the regime, the roofline %%, the limiter and the next rungs. "
+                                   "and names the regime, the roofline %, the limiter and the next rungs. "
                                    "Without --case, lists the op's cases.")
     p.add_argument("target", help="registered op name or path/to/file.py:SPEC")
     p.add_argument("--case", help="bench (or check) case name or id; omit it to list them")

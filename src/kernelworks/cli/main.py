@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"kernelworks.cli.{name}").add_parser(sub)
+    parser.set_defaults(_subcommands=sub.choices)  # main() lets a subcommand report its own unknown flags
     return parser
 
 
@@ -25,7 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import kernelworks  # sets up the interpreter on GPU-less machines before any kernel is imported
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # with its own usage line, not the top-level one
+        (args._subcommands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.version:
         import torch
         import triton

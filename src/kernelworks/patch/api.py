@@ -239,8 +239,7 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
         rms_norm: every RMSNorm (Qwen3/Gemma3's per-head q/k norms too) → :func:`kernelworks.rms_norm`
             (Gemma's ``1 + weight`` as ``offset=1``), and the decoder layer's mid-layer residual add fused
             into the next norm (``(y, h) = rms_norm(x, w, residual=h)``).
-        rope: rotary embedding of q and k → ``kernelworks.rotary_embedding`` (stays on torch, with a warning,
-            while that op is not in this kernelworks).
+        rope: rotary embedding of q and k → :func:`kernelworks.rotary_embedding`.
         mlp: the gated MLP → :func:`kernelworks.gated_mlp` (the three projections and the SwiGLU/GeGLU
             activation, which it recomputes in the backward instead of saving it: one ``tokens ×
             intermediate`` tensor less per layer) where the projections are plain bias-free ``nn.Linear``
@@ -315,6 +314,7 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
     if mlp:
         act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
         if act in _GLU:
+            dense = 0  # dense gated MLPs swapped (shared experts included): "mlp" is listed only if any
             for layer in base.layers:
                 experts = _experts(layer.mlp)
                 if experts is not None:  # a sparse MoE block: its router stays, the experts go grouped
@@ -324,12 +324,15 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
                     shared = getattr(layer.mlp, "shared_expert", None)
                     if shared is not None and hasattr(shared, "gate_proj"):
                         state.swap(shared, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
+                        dense += 1
                 elif hasattr(layer.mlp, "gate_proj"):
                     state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
+                    dense += 1
                 else:
                     attention_fn.warn_once(f"{type(layer.mlp).__name__} is not a gated MLP or stacked experts "
                                            "in the layout the kernels take; it stays on torch")
-            state.patched.append("mlp")
+            if dense:
+                state.patched.append("mlp")
         else:
             attention_fn.warn_once(f"MLP activation {act!r} has no gated kernel; the MLP stays on torch")
     if rope:

@@ -106,9 +106,22 @@ def enable_interpreter_without_gpu() -> None:
         if "triton" in sys.modules:
             # Too late for triton's own library (tl.cdiv, tl.sum, ...): it was decorated for a GPU at its
             # import, and every kernel would fail with "Cannot call @triton.jit'd outside of the scope".
-            warnings.warn("triton was imported before kernelworks on a machine with no GPU, so kernels cannot "
-                          "run in Triton's interpreter: import kernelworks first, or set TRITON_INTERPRET=1 "
-                          "before importing triton", RuntimeWarning, stacklevel=3)
+            global _interpreter_too_late
+            _interpreter_too_late = True
+            warnings.warn(INTERPRETER_TOO_LATE, RuntimeWarning, stacklevel=3)
+
+
+INTERPRETER_TOO_LATE = ("triton was imported before kernelworks on a machine with no GPU, so kernels cannot run in "
+                        "Triton's interpreter: import kernelworks first (before transformers, which imports "
+                        "triton), or set TRITON_INTERPRET=1 before importing triton")
+_interpreter_too_late = False
+
+
+def check_interpreter_usable() -> None:
+    """Raise a RuntimeError saying what to do when kernels would run in an interpreter that triton's import
+    order broke (:func:`enable_interpreter_without_gpu`); Triton's own error there is unreadable."""
+    if _interpreter_too_late:
+        raise RuntimeError(INTERPRETER_TOO_LATE)
 
 
 def default_device() -> torch.device:

@@ -16,7 +16,7 @@ import triton
 from triton.runtime.errors import OutOfResources
 
 from kernelworks.runtime.compat import TRITON
-from kernelworks.runtime.device import interpreter_active, planning_active
+from kernelworks.runtime.device import check_interpreter_usable, interpreter_active, planning_active
 
 MAX_FUSED_ROW_BYTES = 128 * 1024
 """Largest row (in fp32 working bytes) kept whole in registers; longer rows take a looped kernel.
@@ -304,6 +304,8 @@ def launch(kernel: triton.JITFunction, grid: tuple[int, ...], *args: object, num
     must be the kernel's remaining (constexpr) parameters.
     """
     if not _FAST_LAUNCH or interpreter_active() or planning_active():
+        if interpreter_active():
+            check_interpreter_usable()
         kernel[grid](*args, num_warps=num_warps, **constexprs)
         return
     device = _current_device()

@@ -422,7 +422,8 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     Example::
 
         o, _ = kw.gated_delta_prefill(q, k, v, g, beta)                     # q: [8, 4096, 16, 128] bf16
-        o, s = kw.gated_delta_prefill(q, k, v, g, beta, cu_seqlens=cu, output_final_state=True)
+        # packed sequences: q [1, T_total, 16, 128], cu = [0, len_0, len_0 + len_1, …] (int32)
+        o, s = kw.gated_delta_prefill(q1, k1, v1, g1, beta1, cu_seqlens=cu, output_final_state=True)
     """
     _check_qkv(q, k, v, 4)
     B, T, _, K = q.shape

@@ -187,7 +187,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
     Returns:
         ``y`` (without ``residual``) or ``(y, h)``: contiguous, in ``x``'s dtype; statistics in fp32, one
         rounding at the store. ``h`` is rounded to ``x``'s dtype before it is normalised, exactly as
-        ``x + residual`` followed by a norm.
+        ``x + residual`` followed by a norm (on a GPU; Triton's CPU interpreter rounds fp32 → bf16 by
+        truncation, so there ``h`` can sit one bf16 step from torch's sum).
 
     Example::
 
