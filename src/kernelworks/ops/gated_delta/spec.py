@@ -252,7 +252,7 @@ def _prefill_check_cases() -> list[Case]:
              tags=("gpu",)),
         case("b1-t256-sat1", _BF16, batch=1, T=256, hq=2, hv=4, K=128, V=128, gates="sat1", final=True,
              tags=("gpu",)),
-        # enough sequences × value heads (5 × 16: 160 programs) for the 64-row scans; the cases above take 32
+        # enough sequences × value heads (5 × 16: 160 programs) for the 64-row scans, dense (varlen5 takes them varlen)
         case("b5-t200-h16-wide", _BF16, batch=5, T=200, hq=8, hv=16, K=128, V=128, h0=True, final=True,
              tags=("gpu",)),
     ]
