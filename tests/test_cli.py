@@ -245,3 +245,12 @@ def test_ops_lists_an_ops_case_ids(capsys):
     assert main(["ops", "softmax"]) == 0
     out = capsys.readouterr().out
     assert "1x4096-bf16" in out and "bench" in out and "check" in out
+
+
+def test_an_unknown_case_is_a_value_error_printed_without_quotes():
+    from kernelworks.spec import UnknownCaseError, load_spec
+
+    with pytest.raises(ValueError, match="no bench case named") as e:
+        load_spec("softmax").find_cases(["nope"], bench=True)
+    assert isinstance(e.value, KeyError) and isinstance(e.value, UnknownCaseError)
+    assert str(e.value).startswith("spec 'softmax' has no bench case")
