@@ -101,8 +101,10 @@ class Tolerance:
 
     An output passes when ``max(|out - ref| - rtol·|ref|) <= factor · baseline_err + atol``, where ``ref`` is
     the reference in float64 and ``baseline_err`` the max abs error of PyTorch doing the same math in the
-    input dtype (the rule trusted attention libraries use). ``atol`` is the floor that keeps fp32 cases,
-    whose baseline error is ~0, from demanding bit equality. ``max_rel_l2``, for ops whose algorithm rounds
+    input dtype (the rule trusted attention libraries use), and its normwise error ``‖out − ref‖ / ‖ref‖`` is
+    at most ``factor`` times PyTorch's plus ``rtol`` (:mod:`kernelworks.check.compare`). ``atol`` is the floor
+    that keeps fp32 cases, whose baseline error is ~0, from demanding bit equality; the normwise half has
+    none, so a systematic error on small outputs cannot hide under it. ``max_rel_l2``, for ops whose algorithm rounds
     differently from the reference's (a chunked scan against a token-by-token recurrence), also passes an
     output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element finite where the reference is;
     ``max_rel_l2_grad`` is that bound for gradients (the backward of such an op rounds more: issues state

@@ -26,8 +26,8 @@ def check(spec: OpSpec | str, cases: Iterable[str] | None = None, *, provider: s
           sanitize_ignore: Iterable[str] = ()) -> list:
     """Run the correctness checklist; prints the table when ``verbose``; returns the per-case results.
     ``probes`` (default) adds two cheat probes to each forward, fresh values in the same tensors and fresh
-    tensors (results cached by address or shape; one more provider call each); ``adversarial`` all five (also
-    ignored inputs, a lower precision than the dtype promises, hard-coded sizes). ``sanitize`` (GPU) adds
+    tensors (results cached by address or shape; one more provider call each); ``adversarial`` all four (also
+    ignored inputs and hard-coded sizes). ``sanitize`` (GPU) adds
     each case run under compute-sanitizer, one result per case and tool (``True``: memcheck, racecheck,
     initcheck, synccheck; or tool names), each a fresh process limited to ``sanitize_timeout`` seconds
     (default per tool), its verdict in the result's ``sanitizer``; ``sanitize_ignore`` holds

@@ -50,10 +50,30 @@ def test_blocked_comparison_matches_one_block(monkeypatch):
     blocked = compare("o", out, ref, base, TOL)
     assert blocked.baseline_abs == whole.baseline_abs and blocked.max_abs == whole.max_abs
     assert blocked.rel_l2 == pytest.approx(whole.rel_l2, rel=1e-12)
+    assert blocked.baseline_rel_l2 == pytest.approx(whole.baseline_rel_l2, rel=1e-12)
     assert not blocked.passed and blocked.problem == whole.problem and "(2, 0, 0)" in blocked.problem
     out[2, 0, 0] = ref[2, 0, 0]
     bad = compare("o", out, ref, base, TOL)
     assert not bad.passed and "1 element(s)" in bad.problem and "(4, 6, 1)" in bad.problem
+
+
+def test_a_systematic_error_under_the_absolute_floor_fails():
+    """bf16 outputs of magnitude ~0.1 scaled by 1.02: every element is within bf16's atol (8e-3), so the element
+    rule alone passes it; the output's normwise error (2e-2) is 12× PyTorch's own and fails."""
+    from kernelworks.spec import default_tolerance
+
+    torch.manual_seed(0)
+    ref = torch.randn(4096, dtype=torch.float64) * 0.1
+    base, tol = ref.to(torch.bfloat16), default_tolerance(torch.bfloat16)
+    honest = compare("o", ref.to(torch.bfloat16), ref, base, tol)
+    assert honest.passed and honest.baseline_rel_l2 == pytest.approx(honest.rel_l2)
+    scaled = compare("o", (ref * 1.02).to(torch.bfloat16), ref, base, tol)
+    assert scaled.max_abs < tol.atol  # the element rule cannot see it
+    assert not scaled.passed and "systematic" in scaled.problem
+    # an op whose algorithm rounds differently declares a bound (max_rel_l2): it holds for the norm too
+    from dataclasses import replace
+
+    assert compare("o", (ref * 1.02).to(torch.bfloat16), ref, base, replace(tol, max_rel_l2=0.03)).passed
 
 
 def test_shape_mismatch():

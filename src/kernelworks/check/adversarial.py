@@ -2,17 +2,11 @@
 
 A kernel can match the reference on the inputs a check hands it and still be wrong: it returns a result it
 cached from an earlier call (keyed by shape, or by the input's address), its output does not depend on an
-input it should read, it computes in a lower precision than its dtype promises (hidden under the tolerance's
-absolute floor when outputs are small), or it only works for the shapes it was shown. Each probe asks the
-provider a question whose answer the reference knows:
+input it should read, or it only works for the shapes it was shown. Each probe asks the provider a question
+whose answer the reference knows:
 
 - ``fresh values``: new random values written into the SAME input tensors (same addresses, shapes and
   strides), then compared with the reference on them: catches results cached by pointer or by shape;
-- ``precision``: the output's normwise error ‖out − ref‖/‖ref‖ against the float64 reference, set between
-  what the case's dtype promises (the tolerance's ``rtol`` + ``factor`` × PyTorch's own error in that dtype,
-  or its ``max_rel_l2``) and the error of the same math on inputs rounded to a lower precision (tf32/fp16's
-  10 significand bits for fp32, bf16's 7, fp8's 3), or of the reference's output so rounded: catches fp32
-  ops computed through bf16/fp16/tf32, or written through a 16-bit buffer (:func:`precision_problems`);
 - ``fresh tensors``: new inputs in new tensors (new addresses), compared likewise: catches results cached by
   shape and stale outputs reused across calls;
 - ``dependence``: each floating-point input perturbed in turn (every element, by a few percent), and the
@@ -24,11 +18,15 @@ provider a question whose answer the reference knows:
   the rows a case has (:func:`other_shape_problems`). A variant the spec, the reference or the provider
   rejects (raises) is skipped, with a note when none is left.
 
+A computation in a lower precision than the dtype promises (fp32 through bf16, hidden under the tolerance's
+absolute floor when outputs are small) needs no probe: the tolerance rule's normwise half fails it on the
+checklist's own inputs (:mod:`kernelworks.check.compare`). A fifth probe did that job until session 19.
+
 The two cheapest, :data:`DEFAULT_PROBES` (fresh values, fresh tensors), run in every ``kw check``: one more
 forward call of the provider each per case, and two of the reference (float64 and the case dtype); ``kw
-check --no-probes`` turns them off. ``kw check --adversarial`` runs all five: a few more provider calls per
-case (one per floating-point input, one to a few for other shapes) and one to three more float64 reference
-calls (precision). Forward only; each reuses the case's tolerance rule.
+check --no-probes`` turns them off. ``kw check --adversarial`` runs all four: a few more provider calls per
+case (one per floating-point input, one to a few for other shapes). Forward only; each reuses the case's
+tolerance rule.
 
 Inputs with a zero stride (expanded views: one element seen many times) are neither refilled nor perturbed:
 writing them in place is not defined, and a dense copy would change the layout under test.
@@ -36,8 +34,7 @@ writing them in place is not defined, and a dense copy would change the layout u
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -45,21 +42,10 @@ import torch
 
 from kernelworks.check.compare import bitwise_equal, first_failure
 from kernelworks.check.engine import as_outputs, upcast
-from kernelworks.spec import Case, Inputs, OpSpec, Tolerance, dtype_name
-
-SIGNIFICAND_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
-"""Explicit significand (mantissa) bits of the dtypes the precision probe knows."""
-
-LOWER_PRECISIONS = ((23, "fp32"), (10, "tf32/fp16"), (7, "bf16"), (3, "fp8 e4m3"))
-"""The precisions a computation may be downgraded to, finest first: (significand bits, name)."""
+from kernelworks.spec import Case, Inputs, OpSpec, Tolerance
 
 DEFAULT_PROBES = ("fresh values in the same tensors", "fresh tensors")
 """The probes every ``kw check`` runs (one provider call each per case); the others need ``--adversarial``."""
-
-PRECISION_GAP = 4.0
-"""The precision probe runs on an output only where the downgraded computation's error is at least this
-many times what the dtype promises; it flags errors beyond the geometric mean of the two (so never below
-twice the promise)."""
 
 
 def _truth(spec: OpSpec, inputs: Mapping[str, Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
@@ -89,85 +75,6 @@ def _refill(inputs: Mapping[str, Any], fresh: Mapping[str, Any]) -> None:
 def _perturbed(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     noise = torch.randn(t.shape, generator=generator, dtype=torch.float32).to(t.device)
     return (t.float() * (1 + 0.05 * noise) + 0.05 * noise).to(t.dtype)
-
-
-# ------------------------------------------------------------------------------------------- precision
-
-
-def round_significand(t: torch.Tensor, bits: int) -> torch.Tensor:
-    """``t`` in float64 with its significand rounded to ``bits`` explicit bits (half to even) and its
-    exponent range unlimited: the value a ``bits``-bit format would hold, without that format's overflow or
-    underflow (so a probe measures lost precision, never lost range). Non-finite values pass unchanged."""
-    x = t.detach().to(torch.float64)
-    significand, exponent = torch.frexp(x)  # x = significand · 2^exponent, |significand| in [0.5, 1)
-    scale = float(2 ** (bits + 1))
-    return torch.where(torch.isfinite(x), torch.ldexp(torch.round(significand * scale) / scale, exponent), x)
-
-
-def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float | None:
-    """‖out − ref‖ / ‖ref‖ over the elements finite in both (float64); None when that ‖ref‖ is 0."""
-    o, r = out.detach().to(torch.float64), ref.detach().to(device=out.device, dtype=torch.float64)
-    ok = torch.isfinite(o) & torch.isfinite(r)
-    norm = float(r[ok].norm())
-    return float((o[ok] - r[ok]).norm()) / norm if norm > 0 else None
-
-
-def _rounded_inputs(inputs: Mapping[str, Any], bits: int) -> Inputs:
-    """Every floating-point tensor input rounded to ``bits`` significand bits, in float64."""
-    return {k: round_significand(v, bits) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in inputs.items()}
-
-
-def precision_problems(spec: OpSpec, case: Case, tol: Tolerance, inputs: Mapping[str, Any],
-                       out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor],
-                       base: Sequence[torch.Tensor]) -> list[str]:
-    """The precision probe on one provider output ``out`` for ``inputs`` (``ref``: the float64 reference's
-    outputs, ``base``: PyTorch's in the case dtype). Per floating-point output, with e(·) = ‖· − ref‖/‖ref‖:
-
-    - the promise is ``max(tol.rtol + tol.factor · e(base), tol.max_rel_l2)``: the tolerance rule read
-      without its absolute floor ``atol``, which is what lets small outputs hide a coarser computation;
-    - a downgrade's error is the smaller of e(reference on inputs rounded to b bits) and e(ref rounded to b
-      bits), for the finest precision b below the case dtype's where it is ≥ :data:`PRECISION_GAP` × the
-      promise (none: the dtype promises nothing a lower precision would break; the output is not probed);
-    - the output is flagged when e(out) exceeds the geometric mean of the promise and that error.
-
-    An honest computation at the case dtype's precision stays near e(base); one through b bits lands near
-    the downgrade's error. Cases in dtypes without a known precision (fp8, integers) are not probed."""
-    bits = SIGNIFICAND_BITS.get(case.dtype)
-    if bits is None:
-        return []
-    lower = [(b, name) for b, name in LOWER_PRECISIONS if b < bits]
-    downgraded: dict[int, tuple[torch.Tensor, ...]] = {}
-
-    def reference_at(b: int) -> tuple[torch.Tensor, ...]:
-        if b not in downgraded:
-            downgraded[b] = as_outputs(spec.reference(**_rounded_inputs(inputs, b)))
-        return downgraded[b]
-
-    problems = []
-    for i, (o, r, h) in enumerate(zip(out, ref, base)):
-        if not (isinstance(o, torch.Tensor) and o.is_floating_point() and r.is_floating_point()):
-            continue
-        err, honest = rel_l2(o, r), rel_l2(h, r)
-        if err is None or honest is None:
-            continue
-        promise = max(tol.rtol + tol.factor * honest, tol.max_rel_l2 or 0.0)
-        for b, name in lower:
-            lowered = rel_l2(reference_at(b)[i], r)
-            coarse = [e for e in (lowered, rel_l2(round_significand(r, b), r)) if e is not None
-                      and e >= PRECISION_GAP * promise]
-            if not coarse:
-                continue
-            bar = math.sqrt(promise * min(coarse))
-            if err > bar:
-                label = "out" if len(ref) == 1 else f"out[{i}]"
-                problems.append(
-                    f"adversarial (precision): {label} ‖out−ref‖/‖ref‖ = {err:.3g}, beyond {bar:.3g} — "
-                    f"{dtype_name(case.dtype)} promises {promise:.3g} (rtol + factor × PyTorch's "
-                    f"{honest:.3g}), the same math through {name} ({b} significand bits) errs {min(coarse):.3g}: "
-                    "computed in a lower precision?")
-            break
-    return problems
 
 
 # ---------------------------------------------------------------------------------------- other shapes
@@ -253,7 +160,7 @@ def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device
           notes: list[str] | None = None, *, every: bool = True) -> list[str]:
     """Run the probes on one case; returns the problems found (empty when none). ``inputs``: the case's
     inputs, which ``fn`` has already been called on (the checklist's own runs, as a cheater's cache would see
-    them); the fresh-values probe rewrites them in place. ``every``: all five probes, else only
+    them); the fresh-values probe rewrites them in place. ``every``: all four probes, else only
     :data:`DEFAULT_PROBES`. ``notes`` (when given) receives why a probe could not run."""
     notes = [] if notes is None else notes
 
@@ -271,8 +178,6 @@ def probe(spec: OpSpec, case: Case, fn: Callable[..., Any], device: torch.device
     if bad is not None:
         problems.append(f"adversarial (fresh values in the same tensors): {bad} — a result cached by address "
                         "or by shape?")
-    elif every:
-        problems += precision_problems(spec, case, tol, inputs, out, ref, base)
 
     fresh = make_inputs(seed + 202)
     bad = _mismatch(as_outputs(fn(**fresh)), fresh, spec, tol)

@@ -1,12 +1,18 @@
 """The one comparison rule and the one mismatch report.
 
-``out`` passes against the float64 reference ``ref`` when
+``out`` passes against the float64 reference ``ref`` when both
 
-    max(|out − ref| − rtol·|ref|)  ≤  factor · max|baseline − ref|  +  atol
+    max(|out − ref| − rtol·|ref|)  ≤  factor · max|baseline − ref|  +  atol          (every element)
+    ‖out − ref‖ / ‖ref‖            ≤  factor · ‖baseline − ref‖ / ‖ref‖  +  rtol     (the whole output)
 
-where ``baseline`` is PyTorch doing the same math in the input dtype. Non-finite values must agree exactly
-in place (NaN where the reference is finite means an unwritten or broken element: outputs are NaN-poisoned
-before each run). The report gives the first offending positions with both values.
+hold, where ``baseline`` is PyTorch doing the same math in the input dtype. The element rule's absolute floor
+``atol`` keeps near-zero elements from demanding more than the dtype can hold, but on an output of small
+magnitude it also hides a systematic error (a bf16 output of values ~0.1, scaled by 1.02, passes it): the
+normwise rule has no absolute floor, so such an error shows against PyTorch's own (:func:`l2_promise`).
+An op whose algorithm rounds differently from the reference's (``max_rel_l2``) passes either rule within
+that bound. Non-finite values must agree exactly in place (NaN where the reference is finite means an
+unwritten or broken element: outputs are NaN-poisoned before each run). The report gives the first
+offending positions with both values.
 """
 
 from __future__ import annotations
@@ -31,6 +37,15 @@ class Comparison:
     allowed: float
     passed: bool
     problem: str = ""
+    baseline_rel_l2: float = float("nan")
+    """PyTorch's own normwise error in the case dtype (nan without a baseline)."""
+
+
+def l2_promise(tol: Tolerance, baseline_rel_l2: float) -> float:
+    """The normwise error an output may have when PyTorch's own, in the same dtype, is ``baseline_rel_l2``:
+    ``factor`` times it plus ``rtol`` (the tolerance rule read without its absolute floor), or the op's
+    ``max_rel_l2`` where that is larger: the bound of the rule's normwise half."""
+    return max(tol.rtol + tol.factor * baseline_rel_l2, tol.max_rel_l2 or 0.0)
 
 
 def _finite_abs_err(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -86,10 +101,13 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
     if baseline is not None and tuple(baseline.shape) != tuple(ref.shape):
         baseline = None
 
-    baseline_abs = 0.0
+    baseline_abs, baseline_sq = 0.0, None
     if baseline is not None and baseline.numel():
+        baseline_sq = 0.0
         for _, b, r in _blocks(baseline.to(out.device), ref):
-            baseline_abs = max(baseline_abs, float(_finite_abs_err(b, r).max()))
+            b_err = _finite_abs_err(b, r)
+            baseline_abs = max(baseline_abs, float(b_err.max()))
+            baseline_sq += float(b_err.square().sum())
     allowed = tol.factor * baseline_abs + tol.atol
 
     max_abs = max_rel = err_sq = ref_sq = 0.0
@@ -108,16 +126,23 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
         ref_sq += float(torch.where(finite_r, r, torch.zeros_like(r)).square().sum())
         n_bad += _first(err - tol.rtol * r.abs() > allowed, start, bad)
     rel_l2 = err_sq ** 0.5 / ref_sq ** 0.5 if ref_sq > 0 else max_abs
+    base_l2 = float("nan") if baseline_sq is None else \
+        baseline_sq ** 0.5 / ref_sq ** 0.5 if ref_sq > 0 else baseline_abs
+
+    def result(passed: bool, problem: str = "") -> Comparison:
+        return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, passed, problem, base_l2)
 
     if n_nonfinite:
         what = "NaN where the reference is finite (unwritten or broken elements)" if unwritten \
             else "non-finite values differ from the reference"
-        return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, False,
-                          f"{what}: {_positions(nonfinite, n_nonfinite, out, ref)}")
+        return result(False, f"{what}: {_positions(nonfinite, n_nonfinite, out, ref)}")
     if n_bad and not (tol.max_rel_l2 is not None and rel_l2 <= tol.max_rel_l2):
-        return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, False,
-                          f"{n_bad} element(s) beyond tolerance: {_positions(bad, n_bad, out, ref)}")
-    return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, True)
+        return result(False, f"{n_bad} element(s) beyond tolerance: {_positions(bad, n_bad, out, ref)}")
+    if baseline_sq is not None and ref_sq > 0 and rel_l2 > (promise := l2_promise(tol, base_l2)):
+        return result(False, f"‖out − ref‖/‖ref‖ = {rel_l2:.3g} beyond {promise:.3g} (rtol {tol.rtol:g} + "
+                             f"{tol.factor:g} × PyTorch's {base_l2:.3g}) while every element is within "
+                             "tolerance: a systematic error hidden under the absolute floor?")
+    return result(True)
 
 
 def first_failure(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], bases: Sequence[torch.Tensor],

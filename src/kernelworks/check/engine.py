@@ -6,12 +6,13 @@ For each case, on fresh seeded inputs:
 2. the provider runs twice with outputs NaN-poisoned (and, on a GPU, the caching allocator dirtied with
    NaN first, which catches unwritten elements in kernels that allocate with plain ``torch.empty``);
 3. the two runs must agree bit for bit (a moving result is a race), the inputs must be left unchanged,
-   and every output must pass the tolerance rule; NaN/Inf where the reference is finite fails;
+   and every output must pass the tolerance rule, element by element and as a whole (a lower precision
+   than the dtype promises fails the normwise half); NaN/Inf where the reference is finite fails;
 4. with ``grad_inputs``, the same for the gradients of a random upstream gradient;
 5. the probes of :mod:`kernelworks.check.adversarial` on the forward: by default (``probes``) the two
    cheapest, fresh values in the same tensors and fresh tensors (results cached by address or shape, stale
-   outputs; one more provider call each); with ``adversarial`` all five (also outputs that ignore an input,
-   a lower precision than the dtype promises, sizes hard-coded).
+   outputs; one more provider call each); with ``adversarial`` all four (also outputs that ignore an input,
+   sizes hard-coded).
 
 ``kw check --sanitize`` adds, per case and tool, a run under NVIDIA's compute-sanitizer in a child process
 (:mod:`kernelworks.check.sanitize`); its results are :class:`CaseResult` too, with ``tool`` and ``sanitizer``

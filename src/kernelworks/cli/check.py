@@ -3,7 +3,7 @@
 Each op's table is printed (and flushed) as soon as its cases are done, so a run cut short keeps what it
 found; failures show on one line each, their full text with ``--verbose``. The two cheapest cheat probes
 (:data:`~kernelworks.check.adversarial.DEFAULT_PROBES`) run unless ``--no-probes``; ``--adversarial`` runs
-all five. ``--sanitize`` adds a run of each case under every compute-sanitizer tool, one row each
+all four. ``--sanitize`` adds a run of each case under every compute-sanitizer tool, one row each
 (:mod:`kernelworks.check.sanitize`); where it cannot run (no GPU, no compute-sanitizer) it refuses before
 any case runs, saying what is missing, with exit status 2. ``--sanitize-ignore TOOL:KERNEL_GLOB`` sets known
 false positives apart: counted and shown, not failures.
@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     probes = p.add_mutually_exclusive_group()
     probes.add_argument("--adversarial", action="store_true",
-                        help="run all five cheat probes: also outputs ignoring an input, a lower precision than the "
-                             "dtype promises, hard-coded sizes (a few more calls per case)")
+                        help="run all four cheat probes: also outputs ignoring an input and hard-coded sizes (a "
+                             "few more calls per case)")
     probes.add_argument("--no-probes", dest="probes", action="store_false",
                         help="skip the two probes every check runs by default (fresh values in the same tensors, "
                              "fresh tensors: results cached by address or shape; one more forward call each)")
