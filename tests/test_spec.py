@@ -106,3 +106,17 @@ def test_tolerance_gradient_bar():
     assert tol.for_gradients().max_rel_l2 == 2e-2 and tol.max_rel_l2 == 5e-3
     plain = Tolerance(atol=1e-3, max_rel_l2=5e-3)
     assert plain.for_gradients() == plain
+
+
+def test_a_case_widens_its_own_bounds():
+    """A case's ``max_rel_l2`` / ``max_rel_l2_grad`` params replace its dtype's bounds for that case alone."""
+    import torch
+
+    from kernelworks.spec import registry
+
+    spec = registry()["gated_delta_prefill"]
+    sat0 = next(c for c in spec.check_cases if c.id == "b1-t40-sat0-fp32")
+    tol = spec.case_tolerance(sat0)
+    assert tol.max_rel_l2 is None and tol.for_gradients().max_rel_l2 == 1e-3
+    other = next(c for c in spec.check_cases if c.id == "b1-t40-sat1-fp32")
+    assert spec.case_tolerance(other) == spec.tolerance(torch.float32)

@@ -250,10 +250,13 @@ class OpSpec:
 
     def case_tolerance(self, case: Case) -> Tolerance:
         """The rule ``case``'s outputs are held to: :attr:`tolerance` of its dtype, with the case's own
-        ``max_rel_l2`` param (when it has one) as the relative-L2 bound."""
+        ``max_rel_l2`` / ``max_rel_l2_grad`` params (when it has them) as the relative-L2 bounds."""
         tol = self.tolerance(case.dtype)
-        bound = case.get("max_rel_l2")
-        return tol if bound is None else replace(tol, max_rel_l2=float(bound))
+        for name in ("max_rel_l2", "max_rel_l2_grad"):
+            bound = case.get(name)
+            if bound is not None:
+                tol = replace(tol, **{name: float(bound)})
+        return tol
 
     def all_providers(self) -> dict[str, Provider]:
         """The spec's providers plus the baselines derived from the reference (eager and torch.compile)."""
