@@ -190,6 +190,11 @@ MATMUL_CONFIGS = [
     {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 6},
     {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
+    # 32-column tiles, six 128-deep stages, no split: one wave of CTAs at N ≈ 4096 with many bytes in flight
+    # each (H100, one CUDA graph: 8B o M = 64 14.9 µs against 20.1 for the default and 14.7 for cuBLAS;
+    # gaps/matmul-small-m-plans-cudagraph.json); not yet timed by kw tune's do_bench
+    {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
     # split K (summed in the launch, in split order): more CTAs for short-N decode products (Qwen2.5-7B qkv
     # and o at M = 32 leave ~half the SMs idle at one split; the configs above never split)
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "SPLIT_K": 2},
