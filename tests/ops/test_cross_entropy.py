@@ -177,6 +177,41 @@ def test_retain_graph_second_backward_is_correct():
         torch.testing.assert_close(ours.double(), want, rtol=1e-5, atol=1e-7)
 
 
+def test_retained_backwards_accumulate_into_a_leaf_grad_that_may_be_edited():
+    """``loss.backward(retain_graph=True)`` three times gives 3× the gradient, and ``.grad`` edited in place
+    between backwards (``zero_()``, ``mul_``, through ``.data``) leaves the next backward right: the leaf's
+    ``.grad`` never shares memory with the gradient the loss keeps for a later backward. Without a retained
+    graph the kept gradient becomes ``.grad`` itself (no copy)."""
+    x, t = _logits(4, 11, torch.float32), _target(4, 11)
+    ref = x.double().requires_grad_(True)
+    (want,) = torch.autograd.grad(reference.cross_entropy(ref, t), ref)
+    leaf = x.clone().requires_grad_(True)
+    loss = cross_entropy(leaf, t)
+    for _ in range(3):
+        loss.backward(retain_graph=True)
+    torch.testing.assert_close(leaf.grad.double(), 3 * want, rtol=1e-5, atol=1e-7)
+    leaf.grad.mul_(0.5)
+    leaf.grad.data.zero_()
+    loss.backward()
+    torch.testing.assert_close(leaf.grad.double(), want, rtol=1e-5, atol=1e-7)
+
+    import kernelworks.ops.cross_entropy.api as api
+
+    kept = []
+    scale = api.scale_stored
+
+    def spy(ctx, grad_output, stored):
+        out = scale(ctx, grad_output, stored)
+        kept.append(out[0].data_ptr())
+        return out
+
+    leaf = x.clone().requires_grad_(True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "scale_stored", spy)
+        cross_entropy(leaf, t).backward()
+    assert leaf.grad.data_ptr() == kept[0]
+
+
 def test_retain_graph_after_a_zero_grad_output_is_loud():
     """A row scaled by exactly 0 in place cannot be recovered: a second backward gives NaN there."""
     leaf = _logits(2, 7, torch.float32).requires_grad_(True)

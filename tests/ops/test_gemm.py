@@ -87,6 +87,26 @@ def test_empty_k_is_epilogue_of_zeros():
     torch.testing.assert_close(out, torch.nn.functional.gelu(bias).expand(5, 7) + res)
 
 
+def test_empty_k_with_a_batched_a_and_a_shared_b():
+    """``a [B, M, 0]`` and a 2-D ``b [0, N]`` (shared across the batch), forward and backward; and N = 0 the
+    same way. A reshape cannot infer ``-1`` from 0 elements, so these once raised inside the op."""
+    bias = _rand(6).requires_grad_(True)
+    a = torch.empty(3, 4, 0, device=DEVICE, requires_grad=True)
+    b = torch.empty(0, 6, device=DEVICE, requires_grad=True)
+    out = matmul(a, b, bias=bias, activation="gelu")
+    want = torch.nn.functional.gelu(bias.detach()).expand(3, 4, 6)
+    torch.testing.assert_close(out, want)
+    out.sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    (want_bias,) = torch.autograd.grad(torch.nn.functional.gelu(bias).expand(3, 4, 6).sum(), bias)
+    torch.testing.assert_close(bias.grad, want_bias)
+    a = _rand(3, 4, 5).requires_grad_(True)
+    b = torch.empty(5, 0, device=DEVICE, requires_grad=True)
+    out = matmul(a, b)
+    out.sum().backward()
+    assert out.shape == (3, 4, 0) and b.grad.shape == (5, 0) and not a.grad.any()
+
+
 @pytest.mark.interpreter
 def test_split_k_is_deterministic_and_correct():
     """Decode shapes (M ≤ 16, long K) split K under the interpreter too; the reduction is ordered."""

@@ -235,7 +235,7 @@ def _input_grads(ctx, grads, backward) -> tuple:
         return (None, *none)
     (stored,) = ctx.saved_tensors
     if backward is not _CROSS_ENTROPY.backward_op:  # eager (not the traced custom op): in place, free at 1
-        return (scale_stored(ctx, grad_output, [stored])[0].detach(), *none)
+        return (scale_stored(ctx, grad_output, [stored])[0], *none)
     return (backward(grad_output, stored), *none)
 
 

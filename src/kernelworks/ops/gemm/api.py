@@ -44,9 +44,17 @@ def _forward_fake(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, r
     return a.new_empty(_out_shape(a, b, activation), dtype=out_dtype)
 
 
+def _batched_if_empty(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``b`` (2-D, shared across ``x [B, M, K]``'s batch) expanded to ``[B, K, N]`` when K = 0: the launcher
+    merges ``x``'s rows into one ``[B·M, K]`` view, which a reshape cannot infer from 0 elements."""
+    if x.dim() == 3 and b.dim() == 2 and x.shape[-1] == 0:
+        return b.expand(x.shape[0], *b.shape)
+    return b
+
+
 def _grad_a(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
     """``alpha · dC @ Bᵀ`` in A's shape (summed over a batch that A was broadcast across)."""
-    bt = b.transpose(-1, -2)
+    bt = _batched_if_empty(g, b.transpose(-1, -2))  # N = 0
     if a.dim() == 2 and b.dim() == 3:  # A shared by every batch entry: Σ_b dC_b @ B_bᵀ, summed in fp32
         return matmul_fwd(g, bt, None, None, "none", alpha, 0.0, torch.float32).sum(0).to(a.dtype)
     return matmul_fwd(g, bt, None, None, "none", alpha, 0.0, a.dtype)
@@ -55,7 +63,8 @@ def _grad_a(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float) -> 
 def _grad_b(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
     """``alpha · Aᵀ @ dC`` in B's shape (a 2-D B shared across A's batch: the batch folds into K)."""
     if b.dim() == 2 and a.dim() == 3:
-        a, g = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+        rows = a.shape[0] * a.shape[1]  # not -1: a reshape cannot infer it from 0 elements (K = 0, N = 0)
+        a, g = a.reshape(rows, a.shape[-1]), g.reshape(rows, g.shape[-1])
     return matmul_fwd(a.transpose(-1, -2), g, None, None, "none", alpha, 0.0, b.dtype)
 
 
@@ -213,4 +222,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     beta = check_real("beta", beta)
     if beta == 0.0:
         residual = None
+    b = _batched_if_empty(a, b)
     return _matmul(a, b, bias, residual, activation or "none", alpha, beta, out_dtype or a.dtype)
