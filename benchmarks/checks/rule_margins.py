@@ -3,11 +3,14 @@
     python benchmarks/checks/rule_margins.py [OP ...] [--out F.json] [--quick] [--budget S]
 
 Runs ``kw check``'s checklist (no probes) on every case of every op (or the named ones) and records, per
-output: its max abs error against the element rule's allowance, and its ‖out − ref‖/‖ref‖ against the
-normwise half's bound (``rtol + factor × PyTorch's own``, or the case's ``max_rel_l2``). A margin is bound /
-error: above 1 passes, and how far above says how much room an honest kernel leaves. What a change of the rule
-would do to every op is read here before it is made (session 19 added the normwise half after this run on the
-H100). ``--budget`` stops starting new ops after S seconds (the ops not reached are listed).
+output: its verdict, its max abs error beside the element rule's allowance, and its ‖out − ref‖/‖ref‖ against
+the normwise half's bound (``rtol + factor × PyTorch's own``, or the case's ``max_rel_l2``; for a gradient its
+``max_rel_l2_grads`` entry where it has one). ``l2_margin`` is bound / error: above 1 passes the normwise half,
+and how far above says how much room an honest kernel leaves (none where that half does not run: no baseline,
+an all-zero reference, a rule without relative slack). A case's other failures (a provider that raised, a race,
+an input modified) are rows of their own. What a change of the rule would do to every op is read here before
+it is made (session 19 added the normwise half after this run on the H100). ``--budget`` stops starting new
+ops after S seconds (the ops not reached are listed).
 """
 
 from __future__ import annotations
@@ -47,16 +50,19 @@ def main() -> None:
         for r in run_check(spec, tags=("quick",) if args.quick else None, probes=False):
             if r.skipped:
                 continue
-            tol = spec.case_tolerance(r.case)
-            if r.mode != "fwd":
-                tol = tol.for_gradients()
             for c in r.comparisons:
+                tol = (spec.case_tolerance(r.case) if r.mode == "fwd" else
+                       spec.gradient_tolerance(r.case, c.output.removeprefix("grad ")))
                 bound = l2_promise(tol, c.baseline_rel_l2) if not math.isnan(c.baseline_rel_l2) else math.nan
                 rows.append({"op": name, "case": r.case.id, "mode": r.mode, "output": c.output,
                              "passed": c.passed, "problem": c.problem[:200], "max_abs": c.max_abs,
-                             "allowed": c.allowed, "element_margin": c.allowed / c.max_abs if c.max_abs else math.inf,
-                             "rel_l2": c.rel_l2, "baseline_rel_l2": c.baseline_rel_l2, "l2_bound": bound,
-                             "l2_margin": bound / c.rel_l2 if c.rel_l2 else math.inf})
+                             "allowed": c.allowed, "rel_l2": c.rel_l2, "baseline_rel_l2": c.baseline_rel_l2,
+                             "l2_bound": bound, "l2_margin": bound / c.rel_l2 if c.rel_l2 else math.inf})
+            for p in r.problems:
+                rows.append({"op": name, "case": r.case.id, "mode": r.mode, "output": r.tool or "-",
+                             "passed": False, "problem": p[:200], "max_abs": math.nan, "allowed": math.nan,
+                             "rel_l2": math.nan, "baseline_rel_l2": math.nan, "l2_bound": math.nan,
+                             "l2_margin": math.nan})
         print(f"{name}: {sum(r['op'] == name for r in rows)} outputs, {time.perf_counter() - t_op:.0f} s",
               flush=True)
     env = {"where": where_checks_run(), "torch": torch.__version__, "python": platform.python_version(),

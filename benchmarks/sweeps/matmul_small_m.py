@@ -4,8 +4,8 @@ M = 32, Llama-3-8B qkv / o at M = 64 and o at M = 16), bf16, ``x @ W.T``.
     python benchmarks/sweeps/matmul_small_m.py dobench [--out DIR]   # do_bench, L2 flushed: the method
     python benchmarks/sweeps/matmul_small_m.py graph [--out DIR]     # back to back in one CUDA graph
 
-``dobench``: cuBLAS, our default (``kw.matmul``, replay on) and forced plans (Hopper TMA kernel with split-K 1–6;
-pointer kernel, BLOCK_M = M rounded up, split 1/2/4), each with ``triton.testing.do_bench`` (L2 flushed between
+``dobench``: cuBLAS, our default (``kw.matmul``, replay on) and forced plans (Hopper TMA kernel with split-K 1, 2, 3,
+4 or 6; pointer kernel, BLOCK_M = M rounded up, split 1/2/4), each with ``triton.testing.do_bench`` (L2 flushed between
 calls). Forced plans run with replay paused (``forced_plan`` needs the ordinary path), so their host path is
 slower than the default's: where it outlasts the flush the figure includes host time, which favours the default.
 ``graph``: eight distinct weights (more bytes than L2 holds) multiplied back to back inside one CUDA graph

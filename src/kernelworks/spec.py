@@ -104,7 +104,8 @@ class Tolerance:
     input dtype (the rule trusted attention libraries use), and its normwise error ``‖out − ref‖ / ‖ref‖`` is
     at most ``factor`` times PyTorch's plus ``rtol`` (:mod:`kernelworks.check.compare`). ``atol`` is the floor
     that keeps fp32 cases, whose baseline error is ~0, from demanding bit equality; the normwise half has
-    none, so a systematic error on small outputs cannot hide under it. ``max_rel_l2``, for ops whose algorithm rounds
+    none, so a systematic error on small outputs cannot hide under it, and ``rtol`` is its only slack (a rule
+    with ``rtol = 0`` and no ``max_rel_l2`` is an absolute one: its element half alone). ``max_rel_l2``, for ops whose algorithm rounds
     differently from the reference's (a chunked scan against a token-by-token recurrence), also passes an
     output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element finite where the reference is;
     ``max_rel_l2_grad`` is that bound for gradients (the backward of such an op rounds more: issues state
@@ -178,7 +179,8 @@ class OpSpec:
         subject: the provider under test (ours: ``kernelworks``).
         grad_inputs: names of inputs that receive gradients; empty means forward-only.
         tolerance: ``tolerance(dtype) -> Tolerance``; a case may widen it with a ``max_rel_l2`` param (a
-            mode that rounds more by design, judged against a peer doing the same: :meth:`case_tolerance`).
+            mode that rounds more by design, judged against a peer doing the same: :meth:`case_tolerance`),
+            and one gradient's bound with ``max_rel_l2_grads`` (:meth:`gradient_tolerance`).
         deterministic: repeated runs on the same inputs must agree bit for bit.
         configs: tunable kernels' search space, simplest first (``kw inspect --all-configs`` compiles each;
             ``kw tune`` searches them when ``configured`` is set).
@@ -250,13 +252,18 @@ class OpSpec:
 
     def case_tolerance(self, case: Case) -> Tolerance:
         """The rule ``case``'s outputs are held to: :attr:`tolerance` of its dtype, with the case's own
-        ``max_rel_l2`` / ``max_rel_l2_grad`` params (when it has them) as the relative-L2 bounds."""
+        ``max_rel_l2`` param (when it has one) as the relative-L2 bound."""
         tol = self.tolerance(case.dtype)
-        for name in ("max_rel_l2", "max_rel_l2_grad"):
-            bound = case.get(name)
-            if bound is not None:
-                tol = replace(tol, **{name: float(bound)})
-        return tol
+        bound = case.get("max_rel_l2")
+        return tol if bound is None else replace(tol, max_rel_l2=float(bound))
+
+    def gradient_tolerance(self, case: Case, name: str) -> Tolerance:
+        """The rule the gradient of input ``name`` is held to: the case's rule for gradients, or the bound the
+        case's ``max_rel_l2_grads`` param (``{input name: bound}``) gives that one gradient: for a gradient
+        whose values cancel to almost nothing in one case, without loosening its siblings."""
+        tol = self.case_tolerance(case).for_gradients()
+        bound = (case.get("max_rel_l2_grads") or {}).get(name)
+        return tol if bound is None else replace(tol, max_rel_l2=float(bound))
 
     def all_providers(self) -> dict[str, Provider]:
         """The spec's providers plus the baselines derived from the reference (eager and torch.compile)."""

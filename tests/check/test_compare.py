@@ -50,7 +50,11 @@ def test_blocked_comparison_matches_one_block(monkeypatch):
     blocked = compare("o", out, ref, base, TOL)
     assert blocked.baseline_abs == whole.baseline_abs and blocked.max_abs == whole.max_abs
     assert blocked.rel_l2 == pytest.approx(whole.rel_l2, rel=1e-12)
-    assert blocked.baseline_rel_l2 == pytest.approx(whole.baseline_rel_l2, rel=1e-12)
+    relative = Tolerance(atol=1e-3, rtol=1e-3)  # TOL has no relative slack: its normwise half does not run
+    base_l2 = compare("o", out, ref, base, relative).baseline_rel_l2
+    monkeypatch.setattr(module, "COMPARE_BLOCK", 1 << 25)
+    assert base_l2 == pytest.approx(compare("o", out, ref, base, relative).baseline_rel_l2, rel=1e-12)
+    monkeypatch.setattr(module, "COMPARE_BLOCK", 8)
     assert not blocked.passed and blocked.problem == whole.problem and "(2, 0, 0)" in blocked.problem
     out[2, 0, 0] = ref[2, 0, 0]
     bad = compare("o", out, ref, base, TOL)
@@ -69,11 +73,30 @@ def test_a_systematic_error_under_the_absolute_floor_fails():
     assert honest.passed and honest.baseline_rel_l2 == pytest.approx(honest.rel_l2)
     scaled = compare("o", (ref * 1.02).to(torch.bfloat16), ref, base, tol)
     assert scaled.max_abs < tol.atol  # the element rule cannot see it
-    assert not scaled.passed and "systematic" in scaled.problem
+    assert not scaled.passed and "every element is within tolerance" in scaled.problem
     # an op whose algorithm rounds differently declares a bound (max_rel_l2): it holds for the norm too
     from dataclasses import replace
 
     assert compare("o", (ref * 1.02).to(torch.bfloat16), ref, base, replace(tol, max_rel_l2=0.03)).passed
+
+
+def test_the_normwise_half_reads_the_baseline_where_it_is_finite_and_needs_relative_slack():
+    """PyTorch's error is measured over the elements where its output is finite (an overflowed baseline does
+    not shrink the bound), and a rule with ``rtol = 0`` (an absolute one) keeps the element half alone."""
+    torch.manual_seed(1)
+    ref = torch.randn(1000, dtype=torch.float64)
+    base = ref + 0.02 * torch.randn_like(ref)
+    tol = Tolerance(atol=1.0, rtol=1e-3)
+    out = ref + 0.03 * torch.randn_like(ref)
+    whole = compare("o", out, ref, base, tol)
+    base[100:] = float("nan")  # PyTorch overflowed on 90% of the elements: its error on the rest is the same
+    part = compare("o", out, ref, base, tol)
+    assert whole.passed and part.passed
+    assert part.baseline_rel_l2 == pytest.approx(whole.baseline_rel_l2, rel=0.2)
+    absolute = compare("o", ref + 1e-4, ref, ref.clone(), Tolerance(atol=1e-3))  # exact baseline, rtol 0
+    assert absolute.passed and absolute.baseline_rel_l2 != absolute.baseline_rel_l2  # nan: not run
+    zeros = torch.zeros(5, dtype=torch.float64)
+    assert compare("o", zeros + 1e-4, zeros, zeros, TOL).passed
 
 
 def test_shape_mismatch():

@@ -5,7 +5,9 @@
     max(|out − ref| − rtol·|ref|)  ≤  factor · max|baseline − ref|  +  atol          (every element)
     ‖out − ref‖ / ‖ref‖            ≤  factor · ‖baseline − ref‖ / ‖ref‖  +  rtol     (the whole output)
 
-hold, where ``baseline`` is PyTorch doing the same math in the input dtype. The element rule's absolute floor
+hold, where ``baseline`` is PyTorch doing the same math in the input dtype (the normwise half needs one, a
+reference that is not all zeros, and ``rtol > 0`` or a ``max_rel_l2``: a rule with ``rtol = 0`` is absolute,
+element-wise alone). The element rule's absolute floor
 ``atol`` keeps near-zero elements from demanding more than the dtype can hold, but on an output of small
 magnitude it also hides a systematic error (a bf16 output of values ~0.1, scaled by 1.02, passes it): the
 normwise rule has no absolute floor, so such an error shows against PyTorch's own (:func:`l2_promise`).
@@ -38,7 +40,8 @@ class Comparison:
     passed: bool
     problem: str = ""
     baseline_rel_l2: float = float("nan")
-    """PyTorch's own normwise error in the case dtype (nan without a baseline)."""
+    """PyTorch's own normwise error in the case dtype; nan where the normwise half did not run (no baseline,
+    an all-zero reference, or a rule without relative slack)."""
 
 
 def l2_promise(tol: Tolerance, baseline_rel_l2: float) -> float:
@@ -101,13 +104,16 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
     if baseline is not None and tuple(baseline.shape) != tuple(ref.shape):
         baseline = None
 
-    baseline_abs, baseline_sq = 0.0, None
+    baseline_abs, baseline_sq, baseline_ref_sq = 0.0, None, 0.0
     if baseline is not None and baseline.numel():
         baseline_sq = 0.0
         for _, b, r in _blocks(baseline.to(out.device), ref):
             b_err = _finite_abs_err(b, r)
             baseline_abs = max(baseline_abs, float(b_err.max()))
             baseline_sq += float(b_err.square().sum())
+            # ‖ref‖ over the same elements as the baseline's error (both finite): an element the baseline
+            # overflowed on must not shrink PyTorch's relative error, and with it the bound
+            baseline_ref_sq += float(torch.where(torch.isfinite(b) & torch.isfinite(r), r, 0.0).square().sum())
     allowed = tol.factor * baseline_abs + tol.atol
 
     max_abs = max_rel = err_sq = ref_sq = 0.0
@@ -126,8 +132,11 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
         ref_sq += float(torch.where(finite_r, r, torch.zeros_like(r)).square().sum())
         n_bad += _first(err - tol.rtol * r.abs() > allowed, start, bad)
     rel_l2 = err_sq ** 0.5 / ref_sq ** 0.5 if ref_sq > 0 else max_abs
-    base_l2 = float("nan") if baseline_sq is None else \
-        baseline_sq ** 0.5 / ref_sq ** 0.5 if ref_sq > 0 else baseline_abs
+    # the normwise half runs with a baseline, a reference that is not all zeros, and some slack: rtol (a rule
+    # with rtol 0 is an absolute one, its element half alone) or the op's max_rel_l2
+    normwise = (baseline_sq is not None and ref_sq > 0 and baseline_ref_sq > 0
+                and (tol.rtol > 0 or tol.max_rel_l2 is not None))
+    base_l2 = baseline_sq ** 0.5 / baseline_ref_sq ** 0.5 if normwise else float("nan")
 
     def result(passed: bool, problem: str = "") -> Comparison:
         return Comparison(name, max_abs, max_rel, rel_l2, baseline_abs, allowed, passed, problem, base_l2)
@@ -138,22 +147,24 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
         return result(False, f"{what}: {_positions(nonfinite, n_nonfinite, out, ref)}")
     if n_bad and not (tol.max_rel_l2 is not None and rel_l2 <= tol.max_rel_l2):
         return result(False, f"{n_bad} element(s) beyond tolerance: {_positions(bad, n_bad, out, ref)}")
-    if baseline_sq is not None and ref_sq > 0 and rel_l2 > (promise := l2_promise(tol, base_l2)):
-        return result(False, f"‖out − ref‖/‖ref‖ = {rel_l2:.3g} beyond {promise:.3g} (rtol {tol.rtol:g} + "
-                             f"{tol.factor:g} × PyTorch's {base_l2:.3g}) while every element is within "
-                             "tolerance: a systematic error hidden under the absolute floor?")
+    if normwise and rel_l2 > (promise := l2_promise(tol, base_l2)):
+        scale = f"rtol {tol.rtol:g} + {tol.factor:g} × PyTorch's {base_l2:.3g}"
+        why = scale if promise > (tol.max_rel_l2 or 0.0) else f"the op's max_rel_l2; {scale} is less"
+        return result(False, f"‖out − ref‖/‖ref‖ = {rel_l2:.3g} beyond {promise:.3g} ({why}) while every "
+                             "element is within tolerance")
     return result(True)
 
 
 def first_failure(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], bases: Sequence[torch.Tensor],
-                  tol: Tolerance) -> str | None:
+                  tol: Tolerance | Sequence[Tolerance]) -> str | None:
     """Why the first output that fails :func:`compare` against its reference fails (a count mismatch
     included), or None when every output passes: the one-line verdict of the tuner and the adversarial
-    probes."""
+    probes. ``tol``: one rule for every output, or one per output (gradients: ``OpSpec.gradient_tolerance``)."""
     if len(outs) != len(refs):
         return f"returned {len(outs)} output(s), the reference {len(refs)}"
-    for i, (o, r, b) in enumerate(zip(outs, refs, bases)):
-        cmp = compare("out" if len(refs) == 1 else f"out[{i}]", o, r, b, tol, expected_dtype=b.dtype)
+    rules = [tol] * len(refs) if isinstance(tol, Tolerance) else list(tol)
+    for i, (o, r, b, rule) in enumerate(zip(outs, refs, bases, rules)):
+        cmp = compare("out" if len(refs) == 1 else f"out[{i}]", o, r, b, rule, expected_dtype=b.dtype)
         if not cmp.passed:
             return cmp.problem or f"{cmp.output}: max abs error {cmp.max_abs:.3g} > allowed {cmp.allowed:.3g}"
     return None

@@ -219,7 +219,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                 res.problems.append(f"raised {type(e).__name__}: {e}")
             else:
                 for n, a, r, b, a2 in zip(names, g1, ref_g, base_g, g2):
-                    res.comparisons.append(compare(f"grad {n}", a, r, b, tol.for_gradients(),
+                    res.comparisons.append(compare(f"grad {n}", a, r, b, spec.gradient_tolerance(case, n),
                                                    expected_dtype=b.dtype))
                     if spec.deterministic and not bitwise_equal(a, a2):
                         res.problems.append(f"grad {n}: two runs differ (race or nondeterminism)")

@@ -152,7 +152,7 @@ class _Truth:
                           if o.is_floating_point()]
         self.ref = gradients(spec.reference, upcast(inputs), self.names, self.grad_outs)
         self.base = gradients(spec.reference, inputs, self.names, self.grad_outs)
-        self.tol = tol.for_gradients()
+        self.tol = [spec.gradient_tolerance(case, n) for n in self.names]
 
     def _once(self, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> tuple[Sequence[Any], str | None]:
         """A candidate's outputs (``fwd``) or gradients (``bwd``) on fresh copies of the inputs, its fresh memory

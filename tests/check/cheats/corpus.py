@@ -29,7 +29,7 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 CATCHERS = ("plain", "fresh values", "fresh tensors", "dependence", "other shapes",
             "outside stream", "lazy result")
-"""What can catch a cheat: the fixed-input checklist, the five probes of ``kw check --adversarial``, and the
+"""What can catch a cheat: the fixed-input checklist, the four probes of ``kw check --adversarial``, and the
 two of ``kw bench`` (GPU)."""
 
 

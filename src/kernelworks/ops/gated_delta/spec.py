@@ -239,9 +239,9 @@ def _prefill_check_cases() -> list[Case]:
         # dg here is ~1e-17 (the state is wiped every token): the chunk form's per-token dG sums cancel to it
         # from far larger terms and land 1e-4–4e-4 off in norm (CPU, H100), where the fp32 recurrence, which
         # multiplies each α directly, stays at 1e-7 (docs/notes/gated_delta.md); every element passes the
-        # element rule, and the other fp32 cases hold every gradient to the default bound
+        # element rule. That one gradient gets its own bound; the case's other gradients keep the default
         case("b1-t40-sat0", _F32, batch=1, T=40, hq=1, hv=1, K=16, V=16, chunk=16, gates="sat0", h0=True,
-             final=True, max_rel_l2_grad=1e-3),
+             final=True, max_rel_l2_grads={"g": 1e-3}),
         case("b1-t40-sat1", _F32, batch=1, T=40, hq=1, hv=1, K=16, V=16, chunk=16, gates="sat1", h0=True,
              final=True),
         case("b1-t20-state1000", _F32, batch=1, T=20, hq=1, hv=2, K=16, V=16, chunk=16, h0=True,
