@@ -105,11 +105,11 @@ class Tolerance:
     at most ``factor`` times PyTorch's plus ``rtol`` (:mod:`kernelworks.check.compare`). ``atol`` is the floor
     that keeps fp32 cases, whose baseline error is ~0, from demanding bit equality; the normwise half has
     none, so a systematic error on small outputs cannot hide under it, and ``rtol`` is its only slack (a rule
-    with ``rtol = 0`` and no ``max_rel_l2`` is an absolute one: its element half alone). ``max_rel_l2``, for ops whose algorithm rounds
-    differently from the reference's (a chunked scan against a token-by-token recurrence), also passes an
-    output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element finite where the reference is;
-    ``max_rel_l2_grad`` is that bound for gradients (the backward of such an op rounds more: issues state
-    separate bars), ``max_rel_l2`` when None.
+    with ``rtol = 0`` and no ``max_rel_l2`` is an absolute one: its element half alone). ``max_rel_l2``, for
+    ops whose algorithm rounds differently from the reference's (a chunked scan against a token-by-token
+    recurrence), also passes an output whose ``‖out − ref‖ / ‖ref‖`` is at most that bound — every element
+    finite where the reference is; ``max_rel_l2_grad`` is that bound for gradients (the backward of such an
+    op rounds more: issues state separate bars), ``max_rel_l2`` when None.
     """
 
     atol: float

@@ -2,15 +2,15 @@
 
 ``out`` passes against the float64 reference ``ref`` when both
 
-    max(|out − ref| − rtol·|ref|)  ≤  factor · max|baseline − ref|  +  atol          (every element)
-    ‖out − ref‖ / ‖ref‖            ≤  factor · ‖baseline − ref‖ / ‖ref‖  +  rtol     (the whole output)
+    max(|out − ref| − rtol·|ref|)  ≤  factor · max|baseline − ref|  +  atol        (every element)
+    ‖out − ref‖ / ‖ref‖  ≤  factor · ‖baseline − ref‖ / ‖ref‖  +  rtol            (the whole output)
 
 hold, where ``baseline`` is PyTorch doing the same math in the input dtype (the normwise half needs one, a
 reference that is not all zeros, and ``rtol > 0`` or a ``max_rel_l2``: a rule with ``rtol = 0`` is absolute,
-element-wise alone). The element rule's absolute floor
-``atol`` keeps near-zero elements from demanding more than the dtype can hold, but on an output of small
-magnitude it also hides a systematic error (a bf16 output of values ~0.1, scaled by 1.02, passes it): the
-normwise rule has no absolute floor, so such an error shows against PyTorch's own (:func:`l2_promise`).
+element-wise alone). The element rule's absolute floor ``atol`` keeps near-zero elements from demanding more
+than the dtype can hold, but on an output of small magnitude it also hides a systematic error (a bf16 output
+of values ~0.1, scaled by 1.02, passes it): the normwise rule has no absolute floor, so such an error shows
+against PyTorch's own (:func:`l2_promise`).
 An op whose algorithm rounds differently from the reference's (``max_rel_l2``) passes either rule within
 that bound. Non-finite values must agree exactly in place (NaN where the reference is finite means an
 unwritten or broken element: outputs are NaN-poisoned before each run). The report gives the first
