@@ -7,6 +7,11 @@ output (``torch.empty_like``), the backend's C launch called directly (as kernel
 the launcher object, Triton's ``CompiledKernel[grid](...)``, the JIT
 ``kernel[grid](...)``, :func:`kernelworks.runtime.launch.launch`, and torch's own ``F.silu`` on the same
 1×4096 row for scale. What an eager op can save lies between its measured host time and this floor.
+
+The autograd rows (``x`` requiring grad) price what a training call adds: an ``autograd.Function`` whose
+forward only allocates its output, through ``Function.apply`` and through the C apply that ``TorchOp`` calls,
+then with ``save_for_backward``; beside them torch's ``F.silu`` and ``kw.silu`` on the same input, where torch
+builds its autograd node in C++.
 """
 
 from __future__ import annotations
@@ -32,6 +37,53 @@ def _copy_kernel(p_x, p_y, n, BLOCK: tl.constexpr):
 
 def _host_us(fn: Callable[[], object], calls: int = 2000) -> float:
     return host_us(fn, calls, warmup=50)
+
+
+class _Allocates(torch.autograd.Function):
+    """The least an autograd Function can do: allocate its output, save nothing."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _AllocatesAndSaves(torch.autograd.Function):
+    """Allocates its output and saves three tensors, as a norm's forward does."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        y = torch.empty_like(x)
+        ctx.save_for_backward(x, w, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def _autograd_rows() -> dict[str, Callable[[], object]]:
+    import kernelworks as kw
+
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x_const = x.detach()
+    c_apply = super(torch.autograd.Function, _Allocates).apply
+    c_apply_saves = super(torch.autograd.Function, _AllocatesAndSaves).apply
+    return {
+        "train: torch F.silu": lambda: torch.nn.functional.silu(x),
+        "train: torch F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6),
+        "train: Function.apply, allocates": lambda: _Allocates.apply(x),
+        "train: C apply, allocates": lambda: c_apply(x),
+        "train: C apply, allocates + saves 3": lambda: c_apply_saves(x, w),
+        "train: kw.silu": lambda: kw.silu(x),
+        "train: kw.rms_norm": lambda: kw.rms_norm(x, w),
+        "no grad: kw.silu": lambda: kw.silu(x_const),
+        "no grad: torch F.silu": lambda: torch.nn.functional.silu(x_const),
+    }
 
 
 def main() -> None:
@@ -60,6 +112,7 @@ def main() -> None:
         "JIT kernel[grid](...)": lambda: _copy_kernel[grid](x, y, n, BLOCK=1024, num_warps=4),
         "kernelworks launch()": lambda: kw_launch.launch(_copy_kernel, grid, x, y, n, num_warps=4, BLOCK=1024),
     }
+    rows.update(_autograd_rows())
     out = {}
     for name, fn in rows.items():
         try:

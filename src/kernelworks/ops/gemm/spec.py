@@ -117,7 +117,7 @@ _LLAMA_70B = {"qkv": (8192, 10240), "o": (8192, 8192), "gate_up": (8192, 57344),
 _M_8B = (1, 16, 64, 256, 1024, 4096, 16384)
 _M_70B = (1, 64, 1024, 16384)
 _QWEN25_7B = {"qkv": (3584, 4608), "o": (3584, 3584), "gate_up": (3584, 37888), "down": (18944, 3584)}
-_M_7B = (1, 32, 64)  # decode batches: the M ≤ 64 (split-K, pointer) path
+_M_7B = (1, 32, 64, 8192)  # decode batches (the M ≤ 64 split-K, pointer path) and a training step's tokens
 
 
 def _matmul_bench_cases() -> list[Case]:
@@ -130,6 +130,10 @@ def _matmul_bench_cases() -> list[Case]:
         for proj, (k, n) in shapes.items():
             for m in ms:
                 out.append(case(f"{model}-{proj}-M{m}", _BF16, M=m, N=n, K=k, b_t=True, tags=("gpu", "sweep:M")))
+    # Not a multiple of 8 anywhere (no 16-byte row strides: the pointer kernel, not TMA), as issue 19's
+    # held-out check; both layouts of B
+    out += [case("unaligned-8191x4095x3583", _BF16, M=8191, N=4095, K=3583, tags=("gpu",)),
+            case("unaligned-8191x4095x3583-b_t", _BF16, M=8191, N=4095, K=3583, b_t=True, tags=("gpu",))]
     out += [
         case("8192-bias-gelu", _BF16, M=8192, N=8192, K=8192, b_t=True, bias=True, act="gelu", tags=("gpu",)),
         case("8192-swiglu", _BF16, M=8192, N=16384, K=8192, b_t=True, act="swiglu", tags=("gpu",)),
@@ -172,8 +176,13 @@ MATMUL_CONFIGS = [
     {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4, "EPI_SPLIT": 1},
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3, "EPI_SPLIT": 2,
      "FLATTEN": False, "WARP_SPECIALIZE": True},
-    # pointer path (Ampere, batched) and decode (M ≤ 64; SPLIT_K is re-derived from the K range)
+    # pointer path (Ampere, batched, unaligned operands) and decode (M ≤ 64; SPLIT_K is re-derived from the K
+    # range); the first row is the default's neighbour at 4 warps, the next four the large tiles
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 4},
     {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
     {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
