@@ -135,3 +135,14 @@ def test_committed_results_are_rederived_without_touching_times():
     assert record["median_ms"] == ms and abs(record["pct_sol"] - 65.5) < 0.1 and record["cost_model"] is None
     assert doc["environment"]["ceilings"]["tflops"]["bf16"] == 740.0  # measured rates kept as recorded
     assert doc["environment"]["ceilings"]["roofline_tflops"]["bf16"] == 989
+
+
+def test_the_committed_results_render(tmp_path):
+    """``kw render`` over the repository's ``benchmarks/results``: every ``<gpu>/<op>.json`` there is a bench
+    results file (other results live one folder deeper: ``checks/``, ``tune/``, …), so README's command to
+    regenerate BENCHMARKS.md keeps working."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    md = render(results, tmp_path / "BENCHMARKS.md", tmp_path / "plots", with_plots=False)
+    assert "## NVIDIA H100 80GB HBM3" in md.read_text()
