@@ -46,7 +46,8 @@ MODELS: dict[str, dict] = {
 
 def build(spec: dict, device: str = "cuda", dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
     """A randomly initialised causal LM of the spec's family, in ``dtype`` on ``device``, SDPA attention (and
-    HF's default experts implementation for MoE models: ``grouped_mm``, torch's grouped GEMM, where it runs)."""
+    HF's default experts implementation for MoE models: ``grouped_mm``, torch's grouped GEMM, where it runs; its
+    per-expert loop for a dtype other than bf16)."""
     import transformers
 
     config_cls = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config,
@@ -56,6 +57,8 @@ def build(spec: dict, device: str = "cuda", dtype: torch.dtype = torch.bfloat16)
                  "qwen3_next": transformers.Qwen3NextForCausalLM}[spec["family"]]
     config = config_cls(**spec["config"])
     config._attn_implementation = "sdpa"
+    if dtype != torch.bfloat16 and hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"  # torch's grouped GEMM takes bf16 only: HF's loop of experts
     with torch.device(device):
         model = model_cls(config)
     return model.to(dtype)

@@ -19,6 +19,10 @@ file. Jobs:
   2 × 4096 tokens): HF eager, torch.compile, kernelworks eager and compiled.
 - ``decode``: greedy ``generate`` of 128 tokens at batch 1 and 32 on the Llama-3-8B-shaped model, HF eager and
   kernelworks eager.
+- ``qwen3-moe-loss-fp32``, ``qwen3-next-loss-fp32``: the loss curves of HF eager and kernelworks eager over 50
+  steps with the weights in float32 (2 × 1024 tokens): in bf16 a rounding flips a token's experts and the
+  curves drift apart whatever computes them (HF's own compiled model included); here what is left is the
+  kernels' own error.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ JOBS: dict[str, list[dict]] = {
                          ("hf-eager", "hf-compile", "kw-eager", "kw-compile")],
     "decode": [dict(model="llama3-8b-2l", variant=v, task="decode", batch=b) for b in (1, 32)
                for v in ("hf-eager", "kw-eager")],
+    # the loss-curve target without bf16 rounding: the same weights upcast to float32 (exact fp32 products on
+    # both sides, TF32 off as torch defaults), 2 × 1024 tokens a step
+    "qwen3-moe-loss-fp32": [dict(model="qwen3-moe-2l", variant=v, steps=LOSS_STEPS, dtype="float32", seq=1024)
+                            for v in ("hf-eager", "kw-eager")],
+    "qwen3-next-loss-fp32": [dict(model="qwen3-next-4l", variant=v, steps=LOSS_STEPS, dtype="float32", seq=1024)
+                             for v in ("hf-eager", "kw-eager")],
 }
 
 
@@ -97,7 +107,7 @@ def run(jobs: list[str], out_dir: Path, deadline_s: float, variants: set[str] | 
             out = tmp / f"e2e-{job}-{item['variant']}-{item.get('batch', 0)}.json"
             cmd = [sys.executable, str(HERE / "step.py"), "--model", item["model"], "--variant", item["variant"],
                    "--weights", str(weights), "--out", str(out), "--task", item.get("task", "train")]
-            for key in ("steps", "batch"):
+            for key in ("steps", "batch", "dtype", "seq"):
                 if key in item:
                     cmd += [f"--{key}", str(item[key])]
             t0 = time.time()

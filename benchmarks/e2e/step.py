@@ -147,18 +147,21 @@ def main() -> None:
     ap.add_argument("--profile-rows", type=int, default=35, help="entries of the table by GPU time (default 35)")
     ap.add_argument("--memory", type=Path, help="train: also write what is live at one more step's memory peak, "
                     "by owner, to this Markdown file (memory.py)")
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="the model's dtype (float32: the weights file upcast, for loss curves free of bf16 rounding)")
+    ap.add_argument("--seq", type=int, help="tokens per sequence (default: the model's)")
     args = ap.parse_args()
 
-    spec = MODELS[args.model]
+    spec = {**MODELS[args.model], **({"seq": args.seq} if args.seq else {})}
     torch.manual_seed(0)
-    model = build(spec, device="cuda")
+    model = build(spec, device="cuda", dtype=getattr(torch, args.dtype))
     model.load_state_dict(torch.load(args.weights, map_location="cuda"))
     if args.task == "decode":
         model.eval()
     model = _apply_variant(model, spec["family"], args.variant)
     result = train(model, spec, spec["config"]["vocab_size"], args) if args.task == "train" else \
         decode(model, spec, spec["config"]["vocab_size"], args)
-    result.update(model=args.model, variant=args.variant, task=args.task)
+    result.update(model=args.model, variant=args.variant, task=args.task, dtype=args.dtype)
     if args.profile:
         _profile(model, spec, args)
     args.out.write_text(json.dumps(result))
