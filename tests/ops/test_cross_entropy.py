@@ -212,13 +212,38 @@ def test_retained_backwards_accumulate_into_a_leaf_grad_that_may_be_edited():
     assert leaf.grad.data_ptr() == kept[0]
 
 
-def test_retain_graph_after_a_zero_grad_output_is_loud():
-    """A row scaled by exactly 0 in place cannot be recovered: a second backward gives NaN there."""
-    leaf = _logits(2, 7, torch.float32).requires_grad_(True)
-    loss = cross_entropy(leaf, torch.tensor([1, 2], device=DEVICE), reduction="none")
+def test_retain_graph_after_a_zero_grad_output_is_exact():
+    """A backward that keeps the graph leaves the stored gradient unscaled, so a row its ``grad_output`` zeroed
+    comes back whole in the next backward."""
+    x, t = _logits(2, 7, torch.float32), torch.tensor([1, 2], device=DEVICE)
+    ref = x.double().requires_grad_(True)
+    want = torch.autograd.grad(reference.cross_entropy(ref, t, reduction="none"), ref,
+                               torch.tensor([2.0, 0.0], device=DEVICE, dtype=torch.float64))[0]
+    leaf = x.clone().requires_grad_(True)
+    loss = cross_entropy(leaf, t, reduction="none")
     torch.autograd.grad(loss, leaf, torch.tensor([0.0, 1.0], device=DEVICE), retain_graph=True)
     (second,) = torch.autograd.grad(loss, leaf, torch.tensor([2.0, 0.0], device=DEVICE))
-    assert torch.isnan(second[0]).all() and torch.equal(second[1], torch.zeros_like(second[1]))
+    torch.testing.assert_close(second.double(), want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["cross_entropy", "fused_linear"])
+def test_a_returned_gradient_edited_in_place_leaves_the_next_backward_right(fused):
+    """The caller owns the gradient a retained backward returns: scaling it in place (as a clipping step or an
+    in-place hook does) changes neither the graph's stored gradient nor the next backward's result."""
+    h, w, t = torch.randn(6, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE), _target(6, 40)
+    if fused:
+        leaves = (h.clone().requires_grad_(True), w.clone().requires_grad_(True))
+        loss = fused_linear_cross_entropy(*leaves, t)
+    else:
+        leaves = ((h @ w.t()).requires_grad_(True),)
+        loss = cross_entropy(leaves[0], t)
+    first = torch.autograd.grad(loss, leaves, retain_graph=True)
+    want = [g.clone() for g in first]
+    for g in first:
+        g.mul_(0.5)
+    second = torch.autograd.grad(loss, leaves)
+    for got, expected in zip(second, want, strict=True):
+        torch.testing.assert_close(got, expected)
 
 
 def test_inplace_backward_writes_the_gradient_over_the_logits():

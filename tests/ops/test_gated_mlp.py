@@ -153,6 +153,24 @@ def test_torch_compile_one_graph_matches_eager(compile_graphs):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("needs", [(True, False, False, False), (False, True, True, False), (False, False, False, True)],
+                         ids=["x-only", "gate-up-weights", "down-weight"])
+def test_torch_compile_with_frozen_inputs(needs):
+    """Several inputs needing no gradient (frozen weights, a frozen x): the compiled backward's unneeded
+    outputs are distinct empty tensors (a custom op's outputs may not alias each other), and the gradients
+    that are needed match eager's."""
+    torch._dynamo.reset()
+    grad_y = torch.randn(TOKENS, HIDDEN, device=DEVICE)
+    compiled = torch.compile(kw.gated_mlp, backend="aot_eager", fullgraph=True)
+    out, grads = _grads(compiled, _inputs(grad=needs), grad_y)
+    out_e, grads_e = _grads(kw.gated_mlp, _inputs(grad=needs), grad_y)
+    torch.testing.assert_close(out, out_e, rtol=0, atol=0)
+    for got, want, need in zip(grads, grads_e, needs, strict=True):
+        assert (got is not None) == need
+        if need:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_opcheck():
     x, wg, wu, wd = [t.detach() for t in _inputs()]
     torch.library.opcheck(mlp._GATED_MLP.custom_op, (x, wg, wu, wd, "silu"))

@@ -198,3 +198,13 @@ def backward_caller_context() -> contextvars.Context | None:
         return None
     ctx = _tls_obj("context")
     return ctx if isinstance(ctx, contextvars.Context) else None
+
+
+_keep_graph = getattr(getattr(torch._C, "_autograd", None), "_get_current_graph_task_keep_graph", None)
+
+
+def backward_keeps_graph() -> bool:
+    """True inside a backward pass that keeps its graph (``retain_graph=True``, ``create_graph=True``): the
+    saved tensors will be read again by a later backward. torch's own compiled backward asks the engine the
+    same question; where this torch cannot answer, True (the safe side: the caller then copies)."""
+    return True if _keep_graph is None else bool(_keep_graph())

@@ -86,17 +86,19 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
     """
     n, hidden = x.shape
     inner = gate.shape[1]
-    none = x.new_empty(0)
+    def none() -> torch.Tensor:  # one per unneeded slot: a custom op's outputs may not alias each other
+        return x.new_empty(0)
+
     block = inner_block(n, hidden, inner, x.element_size())
     need_h = need_x or need_gate_weight or need_up_weight
-    grad_gate_weight = empty(gate_weight.shape, dtype=x.dtype, device=x.device) if need_gate_weight else none
-    grad_up_weight = empty(up_weight.shape, dtype=x.dtype, device=x.device) if need_up_weight else none
-    grad_down = empty(down_weight.shape, dtype=x.dtype, device=x.device) if need_down_weight else none
+    grad_gate_weight = empty(gate_weight.shape, dtype=x.dtype, device=x.device) if need_gate_weight else none()
+    grad_up_weight = empty(up_weight.shape, dtype=x.dtype, device=x.device) if need_up_weight else none()
+    grad_down = empty(down_weight.shape, dtype=x.dtype, device=x.device) if need_down_weight else none()
     one_block = block == inner
     acc = None
     if need_x and not one_block:
         acc = empty((n, hidden), dtype=GRAD_X_ACCUM, device=x.device)  # the first block writes it (beta = 0)
-    grad_x = none
+    grad_x = none()
     for start in range(0, inner, block):
         cols = slice(start, min(start + block, inner))
         gate_b, up_b = gate[:, cols], up[:, cols]

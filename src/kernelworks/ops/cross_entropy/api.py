@@ -9,9 +9,8 @@ the backward only scales it by ``grad_output``:
   host sync, just a launch of programs that return at once;
 * under ``torch.compile`` (the custom ops): functional semantics, so one read + write into a new buffer.
 
-A second backward through the same graph (``retain_graph=True``) finds the stored gradient already scaled
-by the first ``grad_output`` and scales by the ratio into a new buffer, so it stays correct — except for
-rows the first backward scaled by exactly 0, which become NaN (loud, not silently wrong).
+A backward that keeps the graph (``retain_graph=True``) scales into a new buffer instead, leaving the stored
+gradient for the next one and the returned one to the caller.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import torch
 
 from kernelworks.ops.cross_entropy.kernels import cross_entropy_bwd, cross_entropy_fwd, target_stats
 from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.compat import backward_keeps_graph
 from kernelworks.runtime.device import planning_active
 from kernelworks.runtime.indices import validation_enabled
 from kernelworks.runtime.layout import as_rows
@@ -127,23 +127,20 @@ def _as_2d(t: torch.Tensor) -> torch.Tensor:
 def scale_stored(ctx, grad_output: torch.Tensor, stored: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The eager backward of a loss whose forward stored its gradients: ``stored · grad_output``.
 
-    The first backward scales in place (nothing moves when ``grad_output`` is a scalar 1) and records
-    ``grad_output`` on ``ctx``; a later one (``retain_graph``) writes ``stored · (g / g_first)`` into new
-    buffers, leaving the stored values as the first backward left them.
+    A backward that frees the graph scales in place and hands the stored buffers over (nothing moves when
+    ``grad_output`` is a scalar 1). One that keeps it (``retain_graph``) writes into new buffers and leaves the
+    stored values as they are: the caller owns what it gets back and may edit it in place (a hook, clipping,
+    ``.grad`` arithmetic) while the graph still needs the stored values for its next backward.
     """
     g = grad_output.detach().reshape(-1)
-    first = getattr(ctx, "scaled_by", None)
-    if first is None:
+    if not backward_keeps_graph():
         for t in stored:
             cross_entropy_bwd(g, _as_2d(t))
-        ctx.scaled_by = g.float().clone()
         return list(stored)
-    g = g.float()
-    factor = torch.where(first == 0, torch.where(g == 0, 0.0, float("nan")), g / first)
     out = []
     for t in stored:
         o = empty(t.shape, dtype=t.dtype, device=t.device)
-        cross_entropy_bwd(factor, _as_2d(t), _as_2d(o))
+        cross_entropy_bwd(g, _as_2d(t), _as_2d(o))
         out.append(o)
     return out
 

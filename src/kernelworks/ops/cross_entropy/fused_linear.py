@@ -202,7 +202,6 @@ def _setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(hidden, weight, target, bias)
     else:
         ctx.save_for_backward(*output[1:])
-    ctx.scaled_by = None
 
 
 def _input_grads(ctx, grads, backward) -> tuple:
