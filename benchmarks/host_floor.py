@@ -8,10 +8,10 @@ the launcher object, Triton's ``CompiledKernel[grid](...)``, the JIT
 ``kernel[grid](...)``, :func:`kernelworks.runtime.launch.launch`, and torch's own ``F.silu`` on the same
 1×4096 row for scale. What an eager op can save lies between its measured host time and this floor.
 
-The autograd rows (``x`` requiring grad) price what a training call adds: an ``autograd.Function`` whose
-forward only allocates its output, through ``Function.apply`` and through the C apply that ``TorchOp`` calls,
-then with ``save_for_backward``; beside them torch's ``F.silu`` and ``kw.silu`` on the same input, where torch
-builds its autograd node in C++.
+The autograd rows (``x`` requiring grad) price what a training call adds, rung by rung: an
+``autograd.Function`` (its C apply, as ``TorchOp`` calls it) whose forward only allocates its output, then saves
+and sets ctx attributes as ``kw.silu``'s does, then runs ``kw.silu``'s no-grad call as its body; beside them
+torch's ``F.silu`` (its autograd node built in C++) and ``kw.silu`` itself.
 """
 
 from __future__ import annotations
@@ -39,50 +39,52 @@ def _host_us(fn: Callable[[], object], calls: int = 2000) -> float:
     return host_us(fn, calls, warmup=50)
 
 
-class _Allocates(torch.autograd.Function):
-    """The least an autograd Function can do: allocate its output, save nothing."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return torch.empty_like(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
+def _function(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The C apply (what ``TorchOp`` calls) of an autograd Function with this ``forward(ctx, x, up, act, gated,
+    body)``: ``kw.silu``'s argument list."""
+    cls = type("Probe", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "backward": staticmethod(lambda ctx, g: (g, None, None, None, None))})
+    return super(torch.autograd.Function, cls).apply
 
 
-class _AllocatesAndSaves(torch.autograd.Function):
-    """Allocates its output and saves three tensors, as a norm's forward does."""
+def _allocates(ctx, x, up, act, gated, body):
+    return torch.empty_like(x)
 
-    @staticmethod
-    def forward(ctx, x, w):
-        y = torch.empty_like(x)
-        ctx.save_for_backward(x, w, y)
-        return y
 
-    @staticmethod
-    def backward(ctx, g):
-        return g, None
+def _allocates_and_saves(ctx, x, up, act, gated, body):
+    y = torch.empty_like(x)
+    ctx.save_for_backward(x, up)
+    ctx.act, ctx.gated = act, gated
+    return y
+
+
+def _runs_body(ctx, x, up, act, gated, body):
+    y = body(x)
+    ctx.save_for_backward(x, up)
+    ctx.act, ctx.gated = act, gated
+    return y
 
 
 def _autograd_rows() -> dict[str, Callable[[], object]]:
+    """A training call, rung by rung: torch's own ops, then a trivial Function made step by step into
+    ``kw.silu``'s (five arguments, saved tensors and ctx attributes, ``kw.silu``'s no-grad call as its body),
+    then ``kw.silu`` itself."""
     import kernelworks as kw
 
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     x_const = x.detach()
-    c_apply = super(torch.autograd.Function, _Allocates).apply
-    c_apply_saves = super(torch.autograd.Function, _AllocatesAndSaves).apply
+    allocates, saves, runs = _function(_allocates), _function(_allocates_and_saves), _function(_runs_body)
     return {
+        "no grad: torch F.silu": lambda: torch.nn.functional.silu(x_const),
+        "no grad: kw.silu": lambda: kw.silu(x_const),
         "train: torch F.silu": lambda: torch.nn.functional.silu(x),
         "train: torch F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6),
-        "train: Function.apply, allocates": lambda: _Allocates.apply(x),
-        "train: C apply, allocates": lambda: c_apply(x),
-        "train: C apply, allocates + saves 3": lambda: c_apply_saves(x, w),
+        "train: Function, allocates": lambda: allocates(x, None, "silu", False, None),
+        "train: + saves, ctx attributes": lambda: saves(x, None, "silu", False, None),
+        "train: + body = kw.silu (no grad)": lambda: runs(x, None, "silu", False, kw.silu),
         "train: kw.silu": lambda: kw.silu(x),
         "train: kw.rms_norm": lambda: kw.rms_norm(x, w),
-        "no grad: kw.silu": lambda: kw.silu(x_const),
-        "no grad: torch F.silu": lambda: torch.nn.functional.silu(x_const),
     }
 
 
