@@ -153,8 +153,8 @@ def test_torch_compile_one_graph_matches_eager(compile_graphs):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("needs", [(True, False, False, False), (False, True, True, False), (False, False, False, True)],
-                         ids=["x-only", "gate-up-weights", "down-weight"])
+@pytest.mark.parametrize("needs", [(True, False, False, False), (False, True, True, False),
+                                   (False, False, False, True)], ids=["x-only", "gate-up-weights", "down-weight"])
 def test_torch_compile_with_frozen_inputs(needs):
     """Several inputs needing no gradient (frozen weights, a frozen x): the compiled backward's unneeded
     outputs are distinct empty tensors (a custom op's outputs may not alias each other), and the gradients
