@@ -90,13 +90,33 @@ def test_unknown_provider_lists_the_providers(capsys):
 
 
 @pytest.mark.parametrize("source, what", [("SPEC = (\n", "bad.py, line 1"),
-                                            ("import no_such_module_xyz\n", "no_such_module")],
-                         ids=["syntax_error", "import_error"])
+                                            ("import no_such_module_xyz\n", "no_such_module"),
+                                            ("SPEC = undefined_name\n", "NameError: name 'undefined_name'"),
+                                            ("import sys\nsys.exit(0)\n", "SystemExit: 0")],
+                         ids=["syntax_error", "import_error", "name_error", "exits_at_import"])
 def test_a_broken_spec_file_is_a_one_line_error(tmp_path, capsys, source, what):
     bad = tmp_path / "bad.py"
     bad.write_text(source)
     assert main(["check", f"{bad}:SPEC"]) == 2
     assert what in capsys.readouterr().err
+
+
+def test_a_spec_file_without_its_attribute_name_hints_at_the_form(tmp_path, capsys):
+    assert main(["check", "my_specs.py"]) == 2
+    assert "FILE.py:SPEC" in capsys.readouterr().err
+
+
+def test_render_refuses_a_missing_or_malformed_results_folder(tmp_path, capsys):
+    """A mistyped --results must not replace the page with an empty one; a malformed file is named."""
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text("kept")
+    assert main(["render", "--results", str(tmp_path / "resluts"), "--out", str(out), "--no-plots"]) == 2
+    assert out.read_text() == "kept" and "no results folder" in capsys.readouterr().err
+    bad = tmp_path / "results" / "gpu" / "softmax.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"op": "softmax", "environment": {}, "records": [{"case": "a"}]}')
+    assert main(["render", "--results", str(tmp_path / "results"), "--out", str(out), "--no-plots"]) == 2
+    assert "softmax.json: record 0 is not a bench record" in capsys.readouterr().err and out.read_text() == "kept"
 
 
 def test_report_out_that_is_a_file_is_an_error(tmp_path, capsys):

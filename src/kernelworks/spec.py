@@ -340,6 +340,12 @@ def _exec_file(module_name: str, path: Path, where: str) -> ModuleType:
     sys.modules[module_name] = module
     try:
         loader_spec.loader.exec_module(module)
+    except SyntaxError:
+        del sys.modules[module_name]
+        raise
+    except (Exception, SystemExit) as e:  # the user's file failed: one line naming it, not a traceback or exit
+        del sys.modules[module_name]
+        raise ImportError(f"{where}: running it raised {type(e).__name__}: {e}") from e
     except BaseException:
         del sys.modules[module_name]
         raise
@@ -355,7 +361,8 @@ def load_spec(target: str) -> OpSpec:
     if ":" not in target:
         specs = registry()
         if target not in specs:
-            raise KeyError(f"no op named {target!r}; registered: {', '.join(specs)}")
+            hint = f"; a spec in a file is named FILE.py:SPEC ({target}:NAME)" if target.endswith(".py") else ""
+            raise KeyError(f"no op named {target!r}{hint}; registered: {', '.join(specs)}")
         return specs[target]
     where, attr = target.rsplit(":", 1)
     if where.endswith(".py") or Path(where).exists():

@@ -84,6 +84,58 @@ def test_moving_result_is_reported_as_race():
     assert any("two runs" in p for p in res.problems)
 
 
+def test_a_race_into_a_kept_output_buffer_is_reported():
+    """A provider may keep its output buffer between calls; two runs that write different values into it must
+    still be told apart (the first run's values are copied before the second overwrites them)."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def racy_into_kept(x):
+        out = kept.setdefault("out", torch.empty_like(x)).copy_(torch.nn.functional.gelu(x))
+        return out.add_(1e-4 * torch.rand_like(x))
+
+    res = _fwd(_spec(racy_into_kept))
+    assert any("two runs" in p for p in res.problems)
+
+
+def test_an_honest_kept_output_buffer_passes():
+    kept: dict[str, torch.Tensor] = {}
+
+    def into_kept(x):
+        return kept.setdefault("out", torch.empty_like(x)).copy_(torch.nn.functional.gelu(x))
+
+    res = _fwd(_spec(into_kept))
+    assert res.passed, check_table([res])
+
+
+def test_a_different_number_of_outputs_on_the_second_run_fails():
+    calls = []
+
+    def flaky(x):
+        calls.append(1)
+        y = torch.nn.functional.gelu(x)
+        return (y,) if len(calls) == 1 else (y, y)
+
+    res = _fwd(_spec(flaky))
+    assert any("returned 1 and 2 output(s)" in p for p in res.problems)
+
+
+def test_a_write_around_a_strided_input_view_is_reported():
+    """An input that is a view of a larger allocation (padded rows): writing the padding is writing a neighbour's
+    memory, and must fail even though the input's own values are untouched."""
+    def padded(case, device):
+        full = randn((case["rows"], case["cols"] + 7), case, device)
+        return {"x": full[:, :case["cols"]]}
+
+    def writes_padding(x):
+        full = torch.as_strided(x, (x.shape[0], x.stride(0)), (x.stride(0), 1))
+        full[:, x.shape[1]:] = 0
+        return torch.nn.functional.gelu(x)
+
+    res = _fwd(dataclasses.replace(_spec(writes_padding), inputs=padded))
+    assert any("memory around its view" in p for p in res.problems), res.problems
+    assert _fwd(dataclasses.replace(_spec(torch.nn.functional.gelu), inputs=padded)).passed
+
+
 def test_modified_input_is_reported():
     def clobbers(x):
         y = torch.nn.functional.gelu(x)

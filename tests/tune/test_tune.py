@@ -3,6 +3,7 @@ budget, with a fake timer (times are a GPU's business; the search logic is not).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import importlib.util
@@ -496,3 +497,22 @@ def test_a_backward_config_lost_on_autograds_thread_is_not_applied(monkeypatch, 
     assert tried() == ["ok"]
     monkeypatch.setattr(context, "in_caller_context", lambda _forward, fn, *args: contextvars.Context().run(fn, *args))
     assert tried() == ["not applied"]
+
+
+def test_a_provider_that_keeps_its_output_buffer_is_judged_on_its_values():
+    """An honest provider writing into one buffer it keeps between calls: the verdict's later runs (the same
+    inputs again, then other values) rewrite that buffer, so each run's outputs are copied as they come back.
+    Without the copy every config read as wrong against the first truth."""
+    kept: dict[tuple, torch.Tensor] = {}
+
+    def relu_into_kept(x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, min=0, out=kept.setdefault((x.shape, x.dtype), torch.empty_like(x)))
+
+    spec = OpSpec(name="kept_buffer", reference=torch.relu,
+                  inputs=lambda case, device: {"x": torch.randn(4, 16, device=device)},
+                  check_cases=[], bench_cases=[Case("b", {}, torch.float32)], cost=lambda case, mode: Cost(),
+                  providers={"mine": Provider("mine", relu_into_kept)}, subject="mine",
+                  configs=[{"K": 1}, {"K": 2}], configured=lambda config: contextlib.nullcontext())
+    res = tune_case(spec, spec.bench_cases[0], timer=lambda fn: (fn(), 1.0, 1.0, 1.0)[1:],
+                    device=torch.device("cpu"))
+    assert [c.verdict for c in res.candidates] == ["ok", "ok", "ok"], [c.detail for c in res.candidates]

@@ -200,6 +200,8 @@ def render(results_root: Path, out_md: Path, plots_root: Path, *, with_plots: bo
     from kernelworks.bench.results import gpu_slug, load_all
 
     results = load_all(results_root)
+    if not results:  # a mistyped folder must not replace the committed page with an empty one
+        raise FileNotFoundError(f"no results files (<gpu>/<op>.json) under {results_root}")
     plots: dict[str, list[Path]] = {}
     if with_plots:
         for res in results:

@@ -79,9 +79,31 @@ def save(records: Sequence[BenchRecord], op: str, env: dict[str, Any], root: Pat
     return path
 
 
+_RECORD_KEYS = ("case", "mode", "provider", "status")
+
+
 def load_all(root: Path) -> list[dict[str, Any]]:
-    """Every results file under ``root`` (sorted by path)."""
-    return [json.loads(p.read_text()) for p in sorted(root.glob("*/*.json"))]
+    """Every results file ``root/<gpu>/<op>.json`` (sorted by path). Raises ``FileNotFoundError`` when ``root``
+    is not a folder and ``ValueError`` naming the file that is not a results file (JSON with ``op``,
+    ``environment`` and ``records``)."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"no results folder {root}")
+    docs = []
+    for path in sorted(root.glob("*/*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from e
+        missing = [k for k in ("op", "environment", "records") if not isinstance(doc, dict) or k not in doc]
+        if missing:
+            raise ValueError(f"{path}: not a bench results file (no {', '.join(missing)}); other results belong "
+                             "one folder deeper (checks/, tune/, ...)")
+        for i, r in enumerate(doc["records"] if isinstance(doc["records"], list) else [None]):
+            lacks = [k for k in _RECORD_KEYS if not isinstance(r, dict) or k not in r]
+            if lacks:
+                raise ValueError(f"{path}: record {i} is not a bench record (no {', '.join(lacks)})")
+        docs.append(doc)
+    return docs
 
 
 def rederive_speed_of_light(doc: dict[str, Any]) -> int:

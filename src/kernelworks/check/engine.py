@@ -22,7 +22,7 @@ set.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,8 +65,51 @@ def as_outputs(out: Any) -> tuple[torch.Tensor, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def snapshot_outputs(out: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of a provider's tensor outputs: one that hands back a buffer it keeps between calls (the docs
+    allow it) rewrites that buffer on its next call, and a comparison of two runs must not see one tensor
+    twice."""
+    return tuple(o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out)
+
+
 def _tensors(inputs: Inputs) -> dict[str, torch.Tensor]:
     return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The whole allocation under ``t`` (its view and whatever lies around it: a padded row's tail, the other
+    slices of a fused buffer) as a uint8 tensor."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def _storage_snapshot(inputs: Inputs) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
+    """Per allocation under a tensor input that covers more than the input's view (a strided or sliced input):
+    the inputs on it, its bytes and a copy of them."""
+    groups: dict[int, list[str]] = {}
+    first: dict[int, torch.Tensor] = {}
+    for k, v in _tensors(inputs).items():
+        ptr = v.untyped_storage().data_ptr()
+        groups.setdefault(ptr, []).append(k)
+        first.setdefault(ptr, v)
+    out = []
+    for ptr, names in groups.items():
+        v = first[ptr]
+        if v.untyped_storage().nbytes() > sum(inputs[k].numel() * inputs[k].element_size() for k in names):
+            live = _storage_bytes(v)
+            out.append((names, live, live.clone()))
+    return out
+
+
+def _modified_inputs(inputs: Inputs, snapshot: Mapping[str, torch.Tensor],
+                     storages: Sequence[tuple[list[str], torch.Tensor, torch.Tensor]], when: str = "") -> list[str]:
+    """Problems: inputs whose values changed, and allocations under strided or sliced inputs written outside
+    what the inputs' views cover (a neighbour's memory, as far as the provider could tell)."""
+    changed = [k for k, v in _tensors(inputs).items() if not bitwise_equal(v, snapshot[k])]
+    problems = [f"input {k!r} was modified{when}" for k in changed]
+    for names, live, before in storages:
+        if not set(names) & set(changed) and not torch.equal(live, before):
+            problems.append(f"input {names[0]!r}: memory around its view (the same allocation) was written{when}")
+    return problems
 
 
 def upcast(inputs: Inputs, dtype: torch.dtype = torch.float64) -> Inputs:
@@ -165,6 +208,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
     try:
         inputs = spec.inputs(case, device)
         snapshot = {k: v.clone() for k, v in _tensors(inputs).items()}
+        storages = _storage_snapshot(inputs)
         ref = as_outputs(spec.reference(**upcast(inputs)))
         base = as_outputs(spec.reference(**inputs))
         not_tensors = sorted({type(o).__name__ for o in (*ref, *base) if not isinstance(o, torch.Tensor)})
@@ -180,7 +224,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
         res, t0 = results["fwd"], time.perf_counter()
         try:
             with fresh_memory_poisoned(device):
-                first = as_outputs(prov.fn(**inputs))
+                first = snapshot_outputs(as_outputs(prov.fn(**inputs)))
                 second = as_outputs(prov.fn(**inputs))
         except NotImplementedError as e:
             res.skipped = f"unsupported: {e}"
@@ -189,14 +233,15 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
         else:
             if len(first) != len(ref):
                 res.problems.append(f"returned {len(first)} output(s), the reference {len(ref)}")
+            if len(second) != len(first):
+                res.problems.append(f"two runs on the same inputs returned {len(first)} and {len(second)} output(s)")
             for i, (o, r, b) in enumerate(zip(first, ref, base)):
                 label = "out" if len(ref) == 1 else f"out[{i}]"
                 res.comparisons.append(compare(label, o, r, b, tol, expected_dtype=b.dtype))
-                if spec.deterministic and isinstance(o, torch.Tensor) and not bitwise_equal(o, second[i]):
+                if (spec.deterministic and isinstance(o, torch.Tensor) and i < len(second)
+                        and not bitwise_equal(o, second[i])):
                     res.problems.append(f"{label}: two runs on the same inputs differ (race or nondeterminism)")
-            for k, v in _tensors(inputs).items():
-                if not bitwise_equal(v, snapshot[k]):
-                    res.problems.append(f"input {k!r} was modified")
+            res.problems += _modified_inputs(inputs, snapshot, storages)
         res.seconds = time.perf_counter() - t0
 
     if "bwd" in results:
@@ -211,7 +256,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                 ref_g = gradients(spec.reference, upcast(inputs), names, grad_outs)
                 base_g = gradients(spec.reference, inputs, names, grad_outs)
                 with fresh_memory_poisoned(device):
-                    g1 = gradients(prov.fn, inputs, names, grad_outs)
+                    g1 = snapshot_outputs(gradients(prov.fn, inputs, names, grad_outs))
                     g2 = gradients(prov.fn, inputs, names, grad_outs)
             except NotImplementedError as e:
                 res.skipped = f"unsupported: {e}"
@@ -223,9 +268,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                                                    expected_dtype=b.dtype))
                     if spec.deterministic and not bitwise_equal(a, a2):
                         res.problems.append(f"grad {n}: two runs differ (race or nondeterminism)")
-                for k, v in _tensors(inputs).items():
-                    if not bitwise_equal(v, snapshot[k]):
-                        res.problems.append(f"input {k!r} was modified by the forward or the backward")
+                res.problems += _modified_inputs(inputs, snapshot, storages, " by the forward or the backward")
         res.seconds = time.perf_counter() - t0
 
     # Last, as the fresh-values probe rewrites the inputs in place (the same tensors the provider has seen).

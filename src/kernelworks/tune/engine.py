@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from kernelworks.check.compare import bitwise_equal, first_failure
-from kernelworks.check.engine import as_outputs, fresh_memory_poisoned, gradients, upcast
+from kernelworks.check.engine import as_outputs, fresh_memory_poisoned, gradients, snapshot_outputs, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.runtime.plans import consulted, observed
 from kernelworks.spec import Case, OpSpec
@@ -161,6 +161,7 @@ class _Truth:
         with fresh_memory_poisoned(self.device):
             out = as_outputs(fn(**fresh)) if self.mode == "fwd" else gradients(fn, fresh, self.names,
                                                                                self.grad_outs)
+        out = snapshot_outputs(out)  # a provider may hand back one buffer it keeps: its next call rewrites it
         touched = next((k for k, v in fresh.items() if isinstance(v, torch.Tensor)
                         and not bitwise_equal(v.detach(), inputs[k])), None)
         return out, touched
@@ -180,7 +181,8 @@ class _Truth:
         if touched is not None:
             return "wrong", f"input {touched!r} was modified"
         bad = first_failure(out, self.ref, self.base, self.tol)
-        if bad is None and any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(out, again)):
+        if bad is None and (len(out) != len(again) or any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b)
+                                                          for a, b in zip(out, again))):
             bad = "two runs on the same inputs differ (race or nondeterminism)"
         if bad is None and fresh is not None:
             bad = first_failure(other, fresh[0].ref, fresh[0].base, fresh[0].tol)
