@@ -86,6 +86,7 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
     """
     n, hidden = x.shape
     inner = gate.shape[1]
+
     def none() -> torch.Tensor:  # one per unneeded slot: a custom op's outputs may not alias each other
         return x.new_empty(0)
 
