@@ -244,16 +244,64 @@ def test_plan_takes_the_tile_with_fewer_rounds():
 
 def test_forced_plan_overrides_the_default():
     """``forced_plan`` (the config sweep's hook): another tiling and split-K give the same product; a TMA
-    plan for operands the Hopper kernel cannot read (a row stride of 150 fp16 = 300 B, not 16-byte
-    aligned) is refused, naming the plan."""
+    plan the Hopper kernel cannot run (a batched product) is refused, naming the plan."""
     torch.manual_seed(11)
     a, b = _rand(20, 160, dtype=F16), _rand(160, 40, dtype=F16, scale=160 ** -0.5)
     with forced_plan(Plan(False, 16, 16, 32, 4, 1, SPLIT_K=4)):
         out = matmul(a, b)
     _check(out, {"a": a, "b": b}, F16)
-    a_odd = _rand(20, 150, dtype=F16)[:, :144]
-    with forced_plan(Plan(True, 64, 64, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
-        matmul(a_odd, b[:144])
+    with forced_plan(Plan(True, 16, 32, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
+        matmul(_rand(2, 20, 32, dtype=F16), _rand(2, 32, 40, dtype=F16))
+
+
+@pytest.mark.parametrize("layout", ["b_row", "b_t", "a_t", "swiglu", "strided"])
+def test_hopper_kernel_reads_misaligned_operands_from_aligned_copies(layout):
+    """Rows off 16 bytes (K = 150 and N = 45 fp16: 300 and 90 B) cannot be TMA descriptors: a TMA plan runs
+    on aligned copies of the operands and writes an aligned stand-in for the output, copied into it. Under
+    the interpreter (which runs device-side descriptors): the product is right with bias and residual, the
+    inputs are untouched, and nothing of the output is left unwritten (poisoned outputs)."""
+    torch.manual_seed(15)
+    m, n, k = 20, 24 if layout == "swiglu" else 45, 150
+    nb = 2 * n if layout == "swiglu" else n
+    a = _rand(k, m, dtype=F16).t() if layout == "a_t" else _rand(m, k, dtype=F16)
+    b = _rand(nb, k, dtype=F16, scale=k ** -0.5).t() if layout == "b_t" else _rand(k, nb, dtype=F16, scale=k ** -0.5)
+    if layout == "strided":  # 16-byte aligned rows, a base 2 bytes in: only the base is off
+        a = _rand(m, k + 2, dtype=F16)[:, 1:k + 1]
+    kw = {"a": a, "b": b, "bias": _rand(nb, dtype=F16), "residual": _rand(m, n, dtype=F16)}
+    if layout == "swiglu":
+        kw["activation"] = "swiglu"
+    before = {name: t.clone() for name, t in kw.items() if torch.is_tensor(t)}
+    assert forward._tma_operand(a) is None or forward._tma_operand(b) is None or (n * 2) % 16
+    with poison_outputs(), forced_plan(Plan(True, 16, 32, 32, 4, 1)):
+        out = matmul(**kw)
+    assert out.shape == (m, n) and out.is_contiguous()
+    _check(out, kw, F16)
+    assert all(torch.equal(kw[name], t) for name, t in before.items())
+
+
+def test_swiglu_over_an_odd_width_is_not_staged():
+    """swiglu's up half starts N columns into a row-major B: with N = 21 fp16 that is off 16 bytes, which no
+    TMA box may start at, so a TMA plan is refused rather than run on a copy."""
+    a, b = _rand(20, 64, dtype=F16), _rand(64, 42, dtype=F16)
+    with forced_plan(Plan(True, 16, 32, 32, 4, 1)), pytest.raises(ValueError, match=r"^plan:"):
+        matmul(a, b, activation="swiglu")
+
+
+def test_staging_rule():
+    """Misaligned products go to the Hopper kernel on copies past decode sizes (M > 64) with N and K of at
+    least 128; decode products stream B once, and a copy of it would double the traffic."""
+    assert forward._worth_staging(8191, 4095, 3583) and forward._worth_staging(128, 4095, 3583)
+    assert not forward._worth_staging(64, 4095, 3583)
+    assert not forward._worth_staging(8191, 17, 3583) and not forward._worth_staging(8191, 4095, 100)
+
+
+def test_misaligned_products_compile_to_the_hopper_kernel_for_sm90():
+    """The default plan of a large misaligned product on Hopper is the TMA kernel (on aligned copies); a
+    decode-sized one stays on the pointer kernel."""
+    (big,) = inspect_op(MATMUL_SPEC, "unaligned-128x4095x3583-b_t", "sm_90")
+    assert big.name == "_matmul_tma_kernel" and big.constexprs["B_T"]
+    with planning_for_gpu((9, 0)):
+        assert forward.matmul_plan(64, 4095, 3583, 1, 2, False, False, 132).tma is False
 
 
 @pytest.mark.parametrize("act,bias,res", [(None, False, False), ("gelu", True, True), ("swiglu", True, True)])
@@ -383,11 +431,12 @@ def test_hopper_split_k_compiles_for_sm90(plan):
     assert r.grid[0] == min(132, 4096 // plan.BLOCK_N * 4)
 
 
-def test_misaligned_operand_falls_back_to_pointer_path():
-    """A transposed A whose row stride (300 bf16 = 600 B) is not 16-byte aligned cannot be a TMA operand."""
+def test_misaligned_operand_is_copied_for_the_hopper_kernel():
+    """A transposed A whose row stride (300 bf16 = 600 B) is not 16-byte aligned cannot be a TMA operand as
+    it is: the product runs on the TMA kernel from an aligned copy, still transposed (``A_T``)."""
     reports = inspect_op(MATMUL_SPEC, "300x256x200-a_t-res", "sm_90")
-    assert [r.name for r in reports] == ["_matmul_kernel"]
-    assert reports[0].spill_bytes == 0
+    assert [r.name for r in reports] == ["_matmul_tma_kernel"]
+    assert reports[0].constexprs["A_T"] and reports[0].spill_bytes == 0
 
 
 # ------------------------------------------------------------------------------------------------- GPU
@@ -402,6 +451,27 @@ def test_gpu_bf16_within_twice_cublas_error(mnk, act):
     torch.manual_seed(6)
     kw = MATMUL_SPEC.inputs(c, DEVICE)
     _check(matmul(**kw), kw, BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["b_row", "b_t", "a_t", "odd_vocab"])
+def test_gpu_misaligned_products_run_staged_and_replay_right(layout):
+    """Misaligned products past decode sizes run on aligned copies; repeated calls (replayed from the second:
+    the copies, the launch and the copy-out are recorded) follow new input values, and their bias, residual
+    and gelu epilogue; the output is contiguous like torch's. An odd vocabulary (N = 50257 over K = 4096)
+    leaves only the output rows off 16 bytes."""
+    torch.manual_seed(16)
+    m, n, k = (300, 50257, 256) if layout == "odd_vocab" else (300, 4095, 3583)
+    for step in range(3):
+        a = _rand(k, m, dtype=BF16).t() if layout == "a_t" else _rand(m, k, dtype=BF16)
+        b = _rand(k, n, dtype=BF16, scale=k ** -0.5)
+        if layout in ("b_t", "odd_vocab"):
+            b = _rand(n, k, dtype=BF16, scale=k ** -0.5).t()
+        kw = {"a": a, "b": b, "bias": _rand(n, dtype=BF16), "residual": _rand(m, n, dtype=BF16),
+              "activation": "gelu"}
+        out = matmul(**kw)
+        assert out.is_contiguous(), step
+        _check(out, kw, BF16)
 
 
 @pytest.mark.gpu

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelworks.runtime import alloc, indices, launch
+from kernelworks.runtime import alloc, indices, launch, torch_op
 
 MAX_SIGNATURES = 4096
 """Signatures remembered per op; past this the table is cleared (shape-polymorphic traffic, e.g. growing
@@ -147,7 +147,8 @@ class Replayable:
         _REGISTRY.append(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not _enabled or launch._observer is not None or not launch.fast_launch_active() or alloc._POISON.get():
+        if not _enabled or launch._observer is not None or not launch.fast_launch_active() or alloc._POISON.get() \
+                or torch_op.forward_ad_active():  # a tangent is no part of the signature: the ordinary path
             return self.fn(*args, **kwargs)
         if self.whole_call:  # a public op also reads the autocast state (through the torch ops it calls)
             grad = torch.is_grad_enabled()

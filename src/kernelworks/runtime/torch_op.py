@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 """Tensor types the eager paths take; anything else (FakeTensor, other subclasses) goes to the custom op,
@@ -75,6 +74,27 @@ class ForwardOp:
 
     def __call__(self, *args: Any) -> Any:
         return self.custom_op(*args) if _traced(args) else self._forward(*args)
+
+
+def no_double_backward_message(name: str) -> str:
+    """Why a backward with ``create_graph=True`` through ``name`` stops: its kernels' backward is not
+    differentiable, and gradients handed back as constants would make every second-order result silently
+    wrong. Raised at once rather than on the second backward (``once_differentiable``'s way): that wrapper
+    marks the gradients only when the incoming gradients require grad, so a gradient penalty through a loss
+    (incoming gradient a constant 1) went through unmarked, and a marked gradient whose error node leads to no
+    requested input is pruned by the engine, never raising either."""
+    return (f"kernelworks.{name} has no double backward: backward with create_graph=True (a gradient penalty, "
+            f"a Hessian-vector product) needs the gradient of its gradient; run that part on torch ops")
+
+
+_forward_ad = torch.autograd.forward_ad
+
+
+def forward_ad_active() -> bool:
+    """Inside ``torch.autograd.forward_ad.dual_level()``: an argument may carry a tangent (forward-mode AD),
+    which the kernels' plain paths would drop. Calls then take the autograd Function, which refuses
+    forward-mode AD with torch's own error."""
+    return _forward_ad._current_level >= 0
 
 
 class TorchOp:
@@ -120,14 +140,10 @@ class TorchOp:
                 g = input_grads(ctx, grads, backward)
             return (*g, None) if type(g) is tuple else (g, None)  # g: a tuple, or a one-argument op's gradient
 
-        guarded_backward = once_differentiable(plain_backward)
-
         def function_backward(ctx: Any, *grads: Any) -> Any:
-            # The kernels' backward is not differentiable: under create_graph=True (grad mode on here; off in a
-            # plain backward) the gradients come back marked once_differentiable, so a double backward (a
-            # gradient penalty) raises instead of treating them as constants. Only then: the wrapper's no_grad
-            # block would cost every plain backward node 6-10 µs of host time (development CPU).
-            return (guarded_backward if torch.is_grad_enabled() else plain_backward)(ctx, *grads)
+            if torch.is_grad_enabled():  # backward(create_graph=True): grad mode is on only then
+                raise RuntimeError(no_double_backward_message(name))
+            return plain_backward(ctx, *grads)
 
         # Built with type() so the class (and its autograd node, e.g. ``SoftmaxFunctionBackward``) is named
         # after the op from the start: autograd names the node when the class is created.
@@ -155,8 +171,8 @@ class TorchOp:
                 if grad_mode:
                     needs_grad = needs_grad or a.requires_grad
                     wrapped = wrapped or _functorch_wrapped(a)
-        if not needs_grad:
+        if not needs_grad and not forward_ad_active():
             return self._forward(*args)
-        if wrapped or _functorch_active():
+        if wrapped or _functorch_active() or not needs_grad:
             return self.function.apply(*args, self._forward)  # functorch's path, or its wrappers unwrapped first
         return self._apply_c(*args, self._forward)

@@ -15,7 +15,10 @@ inputs, ``prefill_bwd.py`` for fp32).
 
 from __future__ import annotations
 
+import functools
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -300,6 +303,22 @@ def _scale(scale: object, K: int) -> float:
 # ------------------------------------------------------------------------------------------- public API
 
 
+def _bumps_the_pool_version(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``op`` followed, in eager mode, by a bump of its ``state`` pool's version counter, as torch's own
+    in-place ops bump theirs: a tensor saved for a backward (a prefill's ``initial_state``) that the step
+    overwrote then fails loudly there instead of being read with its new values. Outside the replayed call,
+    which repeats launches only; under ``torch.compile`` the custom op's ``mutates_args`` does it."""
+
+    @functools.wraps(op)
+    def bumped(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = op(*args, **kwargs)
+        if not torch.compiler.is_compiling():
+            torch.autograd.graph.increment_version(args[5] if len(args) > 5 else kwargs["state"])
+        return out
+    return bumped
+
+
+@_bumps_the_pool_version
 @replayed_op
 def gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                        state: torch.Tensor, *, state_indices: torch.Tensor | None = None,

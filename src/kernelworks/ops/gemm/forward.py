@@ -5,8 +5,11 @@ Paths (:func:`matmul_plan`):
 * ``tma`` — the persistent Hopper kernel (``hopper.py``): compute capability ≥ 9.0, one 2-D product (3-D
   ``A`` with a 2-D ``B`` is flattened when its rows merge), ``M > 64``, K > 0, each operand with a unit
   stride in one dimension and 16-byte aligned base and other stride, output rows of a multiple of 16 bytes.
+  Operands or an output it cannot take as they are (an odd K, N or vocabulary puts rows off 16 bytes) are
+  copied into aligned buffers first when the product is large enough (:func:`_worth_staging`): the pointer
+  kernel and cuBLAS both run such products at a fraction of the tensor cores' rate.
 * ``tiled`` — the pointer kernel (``tiled.py``) everywhere else: the interpreter, Ampere, batched products,
-  odd layouts, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs
+  small misaligned products, and decode (``M ≤ 64``), where it splits K when the output tiles cannot fill the SMs
   (:func:`decode_split`). Split-K partials are reduced inside the same launch by the split that finishes
   last for each tile (deterministic: summed in split order; ``Plan.SPLIT_INLINE``), or by a second launch.
   The Hopper kernel can split K the same way (``Plan(tma=True, SPLIT_K=…)``, a forced plan for now).
@@ -86,8 +89,10 @@ _FORCED_PLAN: ForcedPlan[Plan] = ForcedPlan("gemm")
 
 def forced_plan(plan: Plan) -> AbstractContextManager[None]:
     """Within the block, every ``matmul``/``fp8_matmul``/``grouped_matmul`` launch uses ``plan`` instead of its
-    own choice (``kw tune``, sweeps, tests; ``SPLIT_K`` is still rounded to whole K blocks). A ``tma`` plan for
-    operands the Hopper kernel cannot read raises ``ValueError``."""
+    own choice (``kw tune``, sweeps, tests; ``SPLIT_K`` is still rounded to whole K blocks). A ``tma`` plan runs
+    16/32-bit operands the Hopper kernel cannot read as they are on aligned copies of them, whatever their
+    size; one it cannot run at all (a batched product, misaligned fp8, swiglu over an odd N) raises
+    ``ValueError``."""
     return _FORCED_PLAN.forced(plan)
 
 
@@ -235,6 +240,47 @@ def _tma_operand(t: torch.Tensor) -> tuple[bool, int] | None:
     return None
 
 
+def _tma_output(c: torch.Tensor) -> bool:
+    """The Hopper kernel can store ``c [M, N]``: unit column stride, row stride and base 16-byte aligned."""
+    size = c.element_size()
+    return c.stride(1) == 1 and (c.stride(0) * size) % 16 == 0 and c.data_ptr() % 16 == 0
+
+
+STAGE_MIN = 128
+"""Staging (:func:`_worth_staging`) needs N and K of at least this many."""
+
+
+def _worth_staging(m: int, n: int, k: int) -> bool:
+    """Whether a product whose operands or output the Hopper kernel cannot take as they are (a row stride
+    or base off 16 bytes: an odd K, N or vocabulary) runs there on aligned copies (:func:`_aligned`).
+
+    The pointer kernel cannot vectorise loads from rows that start off 16 bytes, so it runs at a fraction of
+    the tensor cores' rate on them, and so does cuBLAS (H100, 8191 × 4095 × 3583 bf16: 138 and 144 TFLOP/s;
+    at M = 128 ours 23 TFLOP/s; ``gaps/matmul-unaligned-before-staging-session21.json``). The copies cost one read
+    and one write of each misaligned operand (and of the output); past decode sizes (``M > DECODE_M``, where
+    B is streamed once and a copy of it would double the traffic) the product's time dominates them."""
+    return m > DECODE_M and n >= STAGE_MIN and k >= STAGE_MIN
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (2-D) if the Hopper kernel reads it as it is, else a copy laid out the same way (rows, or
+    columns for a transposed view) whose long stride is rounded up to 16 bytes; the padding is never read
+    (the descriptors' shapes are the true ones)."""
+    if _tma_operand(t) is not None:
+        return t
+    if t.stride(0) == 1 and t.stride(1) != 1:  # a transposed view (``w.t()``): copy w's rows
+        return _aligned(t.t()).t()
+    copy = _aligned_empty(t.shape[0], t.shape[1], t.dtype, t.device)
+    copy.copy_(t)
+    return copy
+
+
+def _aligned_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised ``[rows, cols]`` view with unit column stride and a 16-byte row stride."""
+    per_16 = 16 // torch.empty((), dtype=dtype).element_size()
+    return empty((rows, cdiv(cols, per_16) * per_16), dtype=dtype, device=device)[:, :cols]
+
+
 def _precision(dtype: torch.dtype) -> str:
     """fp32 inputs: TF32 exactly when PyTorch's own matmul would use it, else exact fp32 products."""
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
@@ -313,24 +359,31 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
         n_batch = batch
 
     n_sms = sm_count(a.device.index or 0) if a.is_cuda else sm_count()
-    tma_ops = None
     forced = _FORCED_PLAN.get()
     # the interpreter runs device-side descriptors too: a forced TMA plan is tested there (default plans
     # under the interpreter never take it)
     tma_ok = tma_available() or (forced is not None and forced.tma and interpreter_active())
-    if n_batch == 1 and k > 0 and tma_ok and (n * out.element_size()) % 16 == 0:
-        ta, tb = _tma_operand(a3[0]), _tma_operand(b3[0])
-        tma_ops = (ta, tb) if ta is not None and tb is not None else None
+    tma_ready = staged = False  # the Hopper kernel reads the operands as they are / from aligned copies
+    if n_batch == 1 and k > 0 and tma_ok:
+        tma_ready = _tma_operand(a3[0]) is not None and _tma_operand(b3[0]) is not None and _tma_output(c3[0])
+        # (swiglu's up half starts N columns in: a TMA box must start on 16 bytes, so N must be aligned)
+        staged = not tma_ready and a.element_size() > 1 and not (gated and (n * a.element_size()) % 16) and \
+            (forced.tma if forced is not None else _worth_staging(m2, n, k))
     mode_a, mode_b = scale_modes
     plan = forced
     if plan is None and a.element_size() > 1 and not interpreter_active():  # fp8 has no tuned entries yet
-        plan = TUNED.get(a.device.index or 0, m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None,
+        plan = TUNED.get(a.device.index or 0, m2, n, k, n_batch, a.element_size(), gated, tma_ready or staged,
                          precision)
     if plan is None:
-        plan = matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ops is not None, n_sms, mode_a == 3,
+        plan = matmul_plan(m2, n, k, n_batch, a.element_size(), gated, tma_ready or staged, n_sms, mode_a == 3,
                            fast_accum)
-    if plan.tma and tma_ops is None:
+    if plan.tma and not (tma_ready or staged):
         raise ValueError("plan: the Hopper (TMA) kernel cannot read these operands (layout, alignment, batch)")
+    c_store = c3  # where the kernel writes: c3, or an aligned stand-in copied into it afterwards
+    if plan.tma and staged:
+        a3, b3 = _aligned(a3[0]).unsqueeze(0), _aligned(b3[0]).unsqueeze(0)
+        if not _tma_output(c3[0]):
+            c_store = _aligned_empty(m2, n, out.dtype, out.device).unsqueeze(0)
     sa_arg = scale_a if scale_a is not None else out
     sb_arg = scale_b if scale_b is not None else out
     scale_strides = (*_scale_args(scale_a, mode_a), *_scale_args(scale_b, mode_b))
@@ -354,16 +407,18 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     if plan.tma:
         if not interpreter_active():
             ensure_tma_allocator()
-        (a_t, s_a), (b_t, s_b) = tma_ops
+        (a_t, s_a), (b_t, s_b) = _tma_operand(a3[0]), _tma_operand(b3[0])
         launch(_matmul_tma_kernel, (min(n_sms, n_tiles * split), 1, 1),
-               a3[0], b3[0], c3[0], bias_arg, res_arg[0], sa_arg, sb_arg, ws, locks,
+               a3[0], b3[0], c_store[0], bias_arg, res_arg[0], sa_arg, sb_arg, ws, locks,
                m2, n, k, k_split // plan.BLOCK_K,
-               s_a, s_b, c3.stride(1), s_r[1], s_r[2], s_bias, *scale_strides, alpha, beta,
+               s_a, s_b, c_store.stride(1), s_r[1], s_r[2], s_bias, *scale_strides, alpha, beta,
                num_warps=plan.num_warps, num_stages=plan.num_stages, **scale_kw,
                ACT=act, HAS_BIAS=bias is not None, HAS_RES=r3 is not None, A_T=a_t, B_T=b_t,
                PRECISION=precision, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, BLOCK_K=plan.BLOCK_K,
                GROUP_M=plan.GROUP_M, NUM_SMS=n_sms, EPI_SPLIT=plan.EPI_SPLIT, FLATTEN=plan.FLATTEN,
                WARP_SPECIALIZE=plan.WARP_SPECIALIZE, SPLIT_K=split)
+        if c_store is not c3:
+            c3.copy_(c_store)
         return out
 
     launch(_matmul_kernel, (n_tiles, split, n_batch),

@@ -130,10 +130,13 @@ def _matmul_bench_cases() -> list[Case]:
         for proj, (k, n) in shapes.items():
             for m in ms:
                 out.append(case(f"{model}-{proj}-M{m}", _BF16, M=m, N=n, K=k, b_t=True, tags=("gpu", "sweep:M")))
-    # Not a multiple of 8 anywhere (no 16-byte row strides: the pointer kernel, not TMA), as issue 19's
-    # held-out check; both layouts of B
-    out += [case("unaligned-8191x4095x3583", _BF16, M=8191, N=4095, K=3583, tags=("gpu",)),
-            case("unaligned-8191x4095x3583-b_t", _BF16, M=8191, N=4095, K=3583, b_t=True, tags=("gpu",))]
+    # Not a multiple of 8 anywhere (no 16-byte row strides: the Hopper kernel reads aligned copies), as issue
+    # 19's held-out check, both layouts of B, and at 512 and 128 rows (where the copy of B weighs most); an LM
+    # head over an odd vocabulary (GPT-2's 50257: only the output rows are off 16 bytes)
+    for m in (8191, 512, 128):
+        out += [case(f"unaligned-{m}x4095x3583", _BF16, M=m, N=4095, K=3583, tags=("gpu",)),
+                case(f"unaligned-{m}x4095x3583-b_t", _BF16, M=m, N=4095, K=3583, b_t=True, tags=("gpu",))]
+    out.append(case("lm_head-vocab50257-M8192", _BF16, M=8192, N=50257, K=4096, b_t=True, tags=("gpu",)))
     out += [
         case("8192-bias-gelu", _BF16, M=8192, N=8192, K=8192, b_t=True, bias=True, act="gelu", tags=("gpu",)),
         case("8192-swiglu", _BF16, M=8192, N=16384, K=8192, b_t=True, act="swiglu", tags=("gpu",)),
@@ -204,6 +207,12 @@ MATMUL_CONFIGS = [
     # gaps/matmul-small-m-plans-cudagraph.json); not yet timed by kw tune's do_bench
     {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
     {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
+    # Qwen2.5-7B qkv (N 4608 on 132 SMs) in one CUDA graph, L2 flushed, against cuBLAS (session 21,
+    # gaps/matmul-small-m-plans-session21.json): M = 1 0.967×, M = 32 0.952× (2 warps), M = 64 0.948×, where the
+    # tuned plans gave 0.933×, 0.914× and 0.875×
+    {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 2, "num_stages": 6},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
     # split K (summed in the launch, in split order): more CTAs for short-N decode products (Qwen2.5-7B qkv
     # and o at M = 32 leave ~half the SMs idle at one split; the configs above never split)
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "SPLIT_K": 2},
@@ -218,8 +227,9 @@ applies to the kernel that has its keys."""
 
 
 def _matmul_configured(config: Mapping[str, Any]) -> AbstractContextManager[None]:
-    """``kw tune``'s hook: the forced plan of one config (an ``EPI_SPLIT`` key means the Hopper TMA kernel; a
-    TMA plan on operands it cannot read raises, which the tuner records)."""
+    """``kw tune``'s hook: the forced plan of one config (an ``EPI_SPLIT`` key means the Hopper TMA kernel; it
+    reads misaligned operands from aligned copies, and a TMA plan it cannot run — a batched product — raises,
+    which the tuner records)."""
     from kernelworks.ops.gemm.forward import forced_plan, plan_from_config
 
     return forced_plan(plan_from_config(config))
