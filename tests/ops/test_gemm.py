@@ -296,9 +296,10 @@ def test_staging_rule():
 
 
 def test_misaligned_products_compile_to_the_hopper_kernel_for_sm90():
-    """The default plan of a large misaligned product on Hopper is the TMA kernel (on aligned copies); a
+    """The heuristic plan of a large misaligned product on Hopper is the TMA kernel (on aligned copies); a
     decode-sized one stays on the pointer kernel."""
-    (big,) = inspect_op(MATMUL_SPEC, "unaligned-128x4095x3583-b_t", "sm_90")
+    with tuned.ignored():  # on a GPU its table's winner runs (at M = 128 a split-K pointer plan, measured)
+        (big,) = inspect_op(MATMUL_SPEC, "unaligned-512x4095x3583-b_t", "sm_90")
     assert big.name == "_matmul_tma_kernel" and big.constexprs["B_T"]
     with planning_for_gpu((9, 0)):
         assert forward.matmul_plan(64, 4095, 3583, 1, 2, False, False, 132).tma is False
