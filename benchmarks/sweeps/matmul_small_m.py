@@ -3,6 +3,7 @@ M = 32, Llama-3-8B qkv / o at M = 64 and o at M = 16), bf16, ``x @ W.T``.
 
     python benchmarks/sweeps/matmul_small_m.py dobench [--out DIR]   # do_bench, L2 flushed: the issue's method
     python benchmarks/sweeps/matmul_small_m.py graph [--out DIR]     # back to back in one CUDA graph
+    python benchmarks/sweeps/matmul_small_m.py qkv [--out DIR]       # Qwen2.5-7B qkv: 48 plans per M, graphed
 
 ``dobench``: cuBLAS, our default (``kw.matmul``, replay on) and forced plans (Hopper TMA kernel with split-K 1, 2, 3,
 4 or 6; pointer kernel, BLOCK_M = M rounded up, split 1/2/4), each with ``triton.testing.do_bench`` (L2 flushed between
@@ -10,8 +11,12 @@ calls). Forced plans run with replay paused (``forced_plan`` needs the ordinary 
 slower than the default's: where it outlasts the flush the figure includes host time, which favours the default.
 ``graph``: eight distinct weights (more bytes than L2 holds) multiplied back to back inside one CUDA graph
 (``do_bench_cudagraph``), per-GEMM µs: no host time, no flush between kernels, as in a captured decode step.
-Results: ``DIR/matmul-small-m-plans-{dobench,cudagraph}.json`` (session 19 at 88b7d31 in
-``benchmarks/results/h100-80gb-hbm3/gaps/``).
+``qkv``: Qwen2.5-7B qkv (N 4608, K 3584) at M = 1 / 32 / 64, cuBLAS, our default and 48 forced plans each
+(pointer tiles 32/64 columns × 128/256-deep K steps × 3/4/6 stages × split 1/2, 32-column ones on 2 or 4 warps;
+the Hopper kernel at 64 × 32/64 × 128, 3/4/6 stages, split 1/2), every call captured in its own CUDA graph and
+replayed under do_bench (L2 flushed, no host time).
+Results: ``DIR/matmul-small-m-plans-{dobench,cudagraph,session21}.json`` (session 19 at 88b7d31 and session 21
+at bb4e993 in ``benchmarks/results/h100-80gb-hbm3/gaps/``).
 """
 
 from __future__ import annotations
@@ -112,11 +117,63 @@ def _graph_shape(name: str, m: int, k: int, n: int) -> dict:
     return res
 
 
+def _graphed_us(fn, rep: int = 200) -> float:
+    """µs of one call of ``fn`` replayed from a CUDA graph under do_bench (L2 flushed between replays)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return do_bench(g.replay, warmup=25, rep=rep) * 1e3
+
+
+def qkv_plans(m: int) -> list[tuple[str, Plan]]:
+    bm = max(16, triton.next_power_of_2(m))
+    plans = []
+    for bn in (32, 64):
+        for bk in (128, 256):
+            for stages in (3, 4, 6):
+                for split in (1, 2):
+                    for warps in ((2, 4) if bn == 32 else (4,)):
+                        plans.append((f"ptr{bm}x{bn}x{bk}s{stages}w{warps}k{split}",
+                                      Plan(False, bm, bn, bk, warps, stages, SPLIT_K=split)))
+    for bn in (32, 64):
+        for stages in (3, 4, 6):
+            for split in (1, 2):
+                plans.append((f"tma64x{bn}x128s{stages}k{split}", Plan(True, 64, bn, 128, 4, stages, SPLIT_K=split)))
+    return plans
+
+
+def _qkv_shape(m: int, n: int = 4608, k: int = 3584) -> dict:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    row = {"cublas": _graphed_us(lambda: a @ w.t()), "kw": _graphed_us(lambda: kw.matmul(a, w.t()))}
+    with replay.paused():
+        for label, plan in qkv_plans(m):
+            try:
+                _checked(plan, a, w)
+                with forced_plan(plan):
+                    row[label] = _graphed_us(lambda: kw.matmul(a, w.t()), rep=100)
+            except Exception as e:  # out of resources, or wrong
+                row[label] = type(e).__name__
+    best = sorted((v, k_) for k_, v in row.items() if isinstance(v, float) and k_ not in ("cublas", "kw"))[:3]
+    print(f"qkv M{m}: cuBLAS {row['cublas']:.1f}, kw {row['kw']:.1f} µs; best " +
+          ", ".join(f"{k_} {v:.1f} ({row['cublas'] / v:.3f}×)" for v, k_ in best), flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("study", choices=("dobench", "graph"))
+    ap.add_argument("study", choices=("dobench", "graph", "qkv"))
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.study == "qkv":
+        doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+               "commit": git_commit(), "method": "each call in its own CUDA graph, do_bench (L2 flushed), µs",
+               "small_m": {f"M{m}": _qkv_shape(m) for m in (1, 32, 64)}}
+        (args.out / "matmul-small-m-plans-session21.json").write_text(json.dumps(doc, indent=1) + "\n")
+        return
     if args.study == "dobench":  # M = 16 is the graph study's alone
         rows = [_dobench_shape(name, *shape) for name, shape in SHAPES.items() if name != "l8b-o-M16"]
     else:
