@@ -307,6 +307,44 @@ def test_qwen3_next_linear_attention_off_keeps_hf_gated_deltanet():
                        reference.generate(prompt, max_new_tokens=3, do_sample=False))
 
 
+@pytest.mark.parametrize("options", [{"rms_norm": False}, {"rms_norm": False, "attention": False}],
+                         ids=["no-norms", "no-norms-no-attention"])
+def test_qwen3_next_packed_rows_stay_apart_with_hf_decoder_layers(options):
+    """Without our decoder layers (``rms_norm=False``) HF's own hands the linear-attention module no
+    ``position_ids``: the patched model entry passes them down itself, so a packed row still equals its two
+    sequences run alone (before: the second sequence's state ran into the first's, error 0.019)."""
+    model, _ = _pair("qwen3_next")
+    kernelworks.patch(model, **options)
+    assert "linear_attention" in patched(model) and "rms_norm" not in patched(model)
+    a, b = _ids(1, 5, seed=4), _ids(1, 4, seed=5)
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]], device=DEVICE)
+    with torch.no_grad():
+        logits = model(torch.cat([a, b], 1), position_ids=position_ids, use_cache=False).logits
+        torch.testing.assert_close(logits[:, :5], model(a, use_cache=False).logits, **TOL)
+        torch.testing.assert_close(logits[:, 5:], model(b, use_cache=False).logits, **TOL)
+
+
+def test_a_float64_model_runs_on_torch():
+    """The kernels take float32, float16 and bfloat16: a patched model cast to float64 runs its torch forwards
+    (warned once) — logits, and a training loss computed as HF does (in float32) — instead of raising."""
+    model, reference = _pair()
+    kernelworks.patch(model)
+    model.double()
+    reference.double()
+    ids = _ids()
+    with pytest.warns(UserWarning, match="float64"), torch.no_grad():
+        logits = model(ids).logits
+    with torch.no_grad():
+        torch.testing.assert_close(logits, reference(ids).logits)
+    model.train()
+    reference.train()
+    loss, ref_loss = model(ids, labels=ids).loss, reference(ids, labels=ids).loss
+    torch.testing.assert_close(loss, ref_loss)
+    loss.backward()
+    ref_loss.backward()
+    torch.testing.assert_close(_grads(model), _grads(reference))
+
+
 # ------------------------------------------------------------------------------------------- attention paths
 
 

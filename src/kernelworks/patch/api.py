@@ -24,6 +24,7 @@ from torch import nn
 
 import kernelworks
 from kernelworks.runtime.device import runs_kernels
+from kernelworks.runtime.validate import FLOAT_DTYPES
 
 # ------------------------------------------------------------------------------------------- families
 
@@ -99,19 +100,24 @@ _SUBCLASSES: dict[tuple[type, str], type] = {}
 
 
 def _on_kernels_or_torch(ours: Callable, theirs: Callable) -> Callable:
-    """``ours`` when the call's first tensor is one the kernels take (CUDA, or CPU under the interpreter),
-    else the original ``theirs`` (warned once): a patched model left on, or moved to, the CPU of a GPU
-    machine keeps working on torch instead of raising inside a kernel call."""
+    """``ours`` when the call's first tensor is one the kernels take (CUDA, or CPU under the interpreter;
+    float32, float16 or bfloat16 if it is a floating tensor), else the original ``theirs`` (warned once): a
+    patched model left on, or moved to, the CPU of a GPU machine, or cast to float64, keeps working on torch
+    instead of raising inside a kernel call."""
     @functools.wraps(ours)
     def forward(self, *args, **kwargs):
         x = args[0] if args and isinstance(args[0], torch.Tensor) else \
             next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        if x is None or runs_kernels(x):
+        if x is None or (runs_kernels(x) and (x.dtype in FLOAT_DTYPES or not x.is_floating_point())):
             return ours(self, *args, **kwargs)
         from kernelworks.patch.attention import warn_once
 
-        warn_once(f"tensors on {x.device}: the kernels take CUDA tensors, so the patched modules run their "
-                  "torch forwards there")
+        if runs_kernels(x):
+            warn_once(f"{x.dtype} tensors: the kernels take float32, float16 and bfloat16, so the patched modules "
+                      "run their torch forwards")
+        else:
+            warn_once(f"tensors on {x.device}: the kernels take CUDA tensors, so the patched modules run their "
+                      "torch forwards there")
         return theirs(self, *args, **kwargs)
     return forward
 

@@ -25,6 +25,7 @@ from transformers.modeling_utils import AttentionInterface
 import kernelworks
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM
 from kernelworks.runtime.device import runs_kernels
+from kernelworks.runtime.validate import FLOAT_DTYPES
 
 NAME = "kernelworks"
 """The ``config._attn_implementation`` a patched model runs with."""
@@ -88,6 +89,12 @@ def _weights_recorded() -> bool:
 PACKED_KWARG = "kernelworks_packed"
 """Keyword the patched ``ForCausalLM.forward`` hands down (through HF's layers, as the flash kwargs travel) to
 :func:`attention`: whether this forward's ``position_ids`` pack sequences, decided once at the top."""
+
+
+POSITIONS_KWARG = "kernelworks_position_ids"
+"""Keyword under which the patched ``ForCausalLM.forward`` hands a hybrid model's ``position_ids`` down to its
+Gated DeltaNet layers: HF's own decoder layer (kept when ``rms_norm=False``) passes its ``**kwargs`` to
+``linear_attn`` but not its ``position_ids``, and packed rows are found from them."""
 
 
 def packed_positions(position_ids: torch.Tensor | None, cache, kwargs: dict) -> bool | None:
@@ -219,6 +226,8 @@ def _torch_attention(module, query, key, value, attention_mask, *, dropout, scal
 def _unsupported(module, query: torch.Tensor, dropout: float) -> str | None:
     if not runs_kernels(query):
         return f"tensors on {query.device}: the kernels take CUDA tensors; attention stays on torch"
+    if query.dtype not in FLOAT_DTYPES:
+        return f"{query.dtype} tensors: the kernels take float32, float16 and bfloat16; attention stays on torch"
     if dropout > 0.0 and module.training:
         return "attention dropout > 0 in training is not in the kernel; those calls stay on torch"
     if query.shape[-1] > MAX_HEAD_DIM:
@@ -252,6 +261,7 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     if weights:
         reason = "output_attentions: the kernel forms no attention weights; those calls run eager attention"
     packed = kwargs.pop(PACKED_KWARG, None)
+    kwargs.pop(POSITIONS_KWARG, None)
     varlen = _varlen_args(kwargs, batch, seq_q, key.shape[2]) if attention_mask is None and packed is not False \
         else None
     if reason is not None:

@@ -97,6 +97,8 @@ def gated_delta_net_forward(self, hidden_states: torch.Tensor, cache_params=None
     previous = layer is not None and bool(layer.has_previous_state[0])
     conv_state = layer.conv_states[0] if previous else None
     recurrent = layer.recurrent_states[0] if previous else None
+    handed = kwargs.pop(attention.POSITIONS_KWARG, None)  # from the model's entry, past HF's own decoder layer
+    position_ids = handed if position_ids is None else position_ids
     if position_ids is not None:
         kwargs["position_ids"] = position_ids
     packing = _packing(kwargs, batch, seq, previous)

@@ -21,6 +21,7 @@ from transformers.utils import can_return_tuple
 
 import kernelworks
 from kernelworks.patch import attention
+from kernelworks.runtime.validate import FLOAT_DTYPES
 
 
 def norm_eps(norm: torch.nn.Module) -> float:
@@ -275,8 +276,11 @@ def logits_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int
     kernel reads them in their dtype and computes in fp32 (the same math without an fp32 copy of the logits)."""
     target = _shifted(labels, shift_labels, ignore_index).to(logits.device)
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = kernelworks.cross_entropy(logits.reshape(-1, logits.shape[-1]), target,
-                                     ignore_index=ignore_index, reduction=reduction)
+    rows = logits.reshape(-1, logits.shape[-1])
+    if rows.dtype in FLOAT_DTYPES:
+        loss = kernelworks.cross_entropy(rows, target, ignore_index=ignore_index, reduction=reduction)
+    else:  # float64 logits (a model cast to double runs on torch): HF's own loss, in float32 as HF computes it
+        loss = functional.cross_entropy(rows.float(), target, ignore_index=ignore_index, reduction=reduction)
     return loss if num_items_in_batch is None else _mean(loss, num_items_in_batch)
 
 
@@ -328,6 +332,8 @@ def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.T
         weights = kwargs.get("output_attentions")
         if weights or (weights is None and getattr(self.config, "output_attentions", False)):
             kwargs[attention.WEIGHTS_KWARG] = True
+    if position_ids is not None and "linear_attention" in (getattr(self.config, "layer_types", None) or ()):
+        kwargs[attention.POSITIONS_KWARG] = position_ids  # for the Gated DeltaNet layers' packing (see there)
     moe = hasattr(self.config, "output_router_logits")
     if moe:
         if output_router_logits is None:
@@ -341,7 +347,7 @@ def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.T
     loss_kwargs = {name: kwargs[name] for name in ("ignore_index", "num_items_in_batch", "shift_labels")
                    if kwargs.get(name) is not None}
     logits = loss = None
-    if labels is not None and self.training and _plain_linear(self.lm_head, bias=True):
+    if labels is not None and self.training and _plain_linear(self.lm_head, bias=True) and hidden.dtype in FLOAT_DTYPES:
         loss = causal_lm_loss(hidden, self.lm_head, labels, softcap, accum_dtype=self._kw_loss_accum, **loss_kwargs)
     else:
         logits = self.lm_head(hidden)
