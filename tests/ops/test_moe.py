@@ -199,7 +199,7 @@ def test_double_backward_raises_instead_of_treating_gradients_as_constants():
     y = torch.randn(8, 16, device=DEVICE, requires_grad=True)
     w = weights.clone().requires_grad_()
     out = kw.moe_unpermute(y, w, order, inverse)
-    with pytest.raises(RuntimeError, match="moe_unpermute has no double backward"):
+    with pytest.raises(RuntimeError, match="moe_unpermute kernels have no double backward"):
         torch.autograd.grad(out.square().sum(), (w,), create_graph=True)
 
 

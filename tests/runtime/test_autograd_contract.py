@@ -14,6 +14,9 @@ import kernelworks as kw
 from kernelworks.runtime.device import default_device
 
 DEVICE = default_device()
+KERNELS = {"cross_entropy": "cross_entropy", "softmax": "softmax", "log_softmax": "log_softmax",
+           "flash_attention": "flash_attention"}
+"""The op's kernels as its errors name them (the TorchOp's name)."""
 
 
 def _penalty(loss_fn, x, w):
@@ -42,7 +45,7 @@ def test_a_gradient_penalty_through_an_op_raises(name, loss_fn):
     w = (0.5 * torch.randn(8, 8, device=DEVICE)).requires_grad_()
     if name == "flash_attention":
         x = torch.randn(8, 8, device=DEVICE, requires_grad=True)
-    with pytest.raises(RuntimeError, match=f"kernelworks.{name} has no double backward"):
+    with pytest.raises(RuntimeError, match=f"kernelworks' {KERNELS[name]} kernels have no double backward"):
         _penalty(loss_fn, x, w)
 
 
@@ -68,6 +71,20 @@ def test_forward_mode_ad_is_refused_not_dropped(repeat):
         dual = fwd_ad.make_dual(x, torch.ones_like(x))
         with pytest.raises(NotImplementedError, match="jvp"):
             kw.softmax(dual)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jvp"])
+def test_torch_func_transforms_are_refused_by_name(transform):
+    """Inside a ``torch.func`` transform the kernels cannot read the batched or wrapped tensors: a clear error
+    naming the kernels, where vmap raised "Cannot access storage of BatchedTensorImpl" from the replay key."""
+    x = torch.randn(3, 8, device=DEVICE)
+    run = {"vmap": lambda: torch.func.vmap(kw.softmax)(x),
+           "grad": lambda: torch.func.grad(lambda t: kw.softmax(t).sum())(x),
+           "jvp": lambda: torch.func.jvp(kw.softmax, (x,), (torch.ones_like(x),))}[transform]
+    kw.softmax(x)
+    kw.softmax(x)  # a recorded signature: the replay must not take the transform's tensors either
+    with pytest.raises(NotImplementedError, match=r"softmax kernels do not run inside torch\.func transforms"):
+        run()
 
 
 def _decode_inputs(batch=2, heads=2, dim=16):

@@ -148,7 +148,8 @@ class Replayable:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _enabled or launch._observer is not None or not launch.fast_launch_active() or alloc._POISON.get() \
-                or torch_op.forward_ad_active():  # a tangent is no part of the signature: the ordinary path
+                or torch_op.forward_ad_active() or torch_op._functorch_active():
+            # a tangent is no part of the signature, and a transform's tensors have no storage: the ordinary path
             return self.fn(*args, **kwargs)
         if self.whole_call:  # a public op also reads the autocast state (through the torch ops it calls)
             grad = torch.is_grad_enabled()

@@ -73,7 +73,11 @@ class ForwardOp:
         self.custom_op.register_fake(fake)
 
     def __call__(self, *args: Any) -> Any:
-        return self.custom_op(*args) if _traced(args) else self._forward(*args)
+        if _traced(args):
+            return self.custom_op(*args)
+        if _functorch_active() and _transformed(args):
+            raise NotImplementedError(no_transforms_message(self.name))
+        return self._forward(*args)
 
 
 def no_double_backward_message(name: str) -> str:
@@ -83,8 +87,20 @@ def no_double_backward_message(name: str) -> str:
     marks the gradients only when the incoming gradients require grad, so a gradient penalty through a loss
     (incoming gradient a constant 1) went through unmarked, and a marked gradient whose error node leads to no
     requested input is pruned by the engine, never raising either."""
-    return (f"kernelworks.{name} has no double backward: backward with create_graph=True (a gradient penalty, "
-            f"a Hessian-vector product) needs the gradient of its gradient; run that part on torch ops")
+    return (f"kernelworks' {name} kernels have no double backward: backward with create_graph=True (a gradient "
+            f"penalty, a Hessian-vector product) needs the gradient of their gradient; run that part on torch ops")
+
+
+def _transformed(args: tuple) -> bool:
+    """Some argument is a live ``torch.func`` transform's tensor (batched, or tracking a transform's grad)."""
+    return any(isinstance(a, torch.Tensor) and _functorch_wrapped(a) for a in args)
+
+
+def no_transforms_message(name: str) -> str:
+    """Why ``name`` stops inside a ``torch.func`` transform: its kernels read raw storage, which vmap's batched
+    tensors do not have, and its autograd Function has no vmap or functorch rules."""
+    return (f"kernelworks' {name} kernels do not run inside torch.func transforms (vmap, grad, jvp, jacrev, …): "
+            f"call the op outside the transform, or run that part on torch ops")
 
 
 _forward_ad = torch.autograd.forward_ad
@@ -171,8 +187,12 @@ class TorchOp:
                 if grad_mode:
                     needs_grad = needs_grad or a.requires_grad
                     wrapped = wrapped or _functorch_wrapped(a)
+        if _functorch_active() and _transformed(args):
+            raise NotImplementedError(no_transforms_message(self.name))
         if not needs_grad and not forward_ad_active():
             return self._forward(*args)
-        if wrapped or _functorch_active() or not needs_grad:
-            return self.function.apply(*args, self._forward)  # functorch's path, or its wrappers unwrapped first
+        if wrapped or not needs_grad or _functorch_active():
+            # functorch's path (which refuses a Function without setup_context), a dead functorch wrapper
+            # unwrapped by Function.apply's Python wrapper, or forward-mode AD refused there
+            return self.function.apply(*args, self._forward)
         return self._apply_c(*args, self._forward)
