@@ -93,6 +93,15 @@ def test_layernorm_positional_arguments_follow_torch():
     assert LayerNorm(16, 1e-5, True, False).bias is None
 
 
+@pytest.mark.parametrize("cls,theirs", [(LayerNorm, torch.nn.LayerNorm), (RMSNorm, torch.nn.RMSNorm)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_torch_attributes_are_there(cls, theirs, affine):
+    """Code written for torch's modules reads ``normalized_shape`` and ``elementwise_affine``."""
+    ours, ref = cls(16, elementwise_affine=affine), theirs(16, elementwise_affine=affine)
+    assert ours.normalized_shape == ref.normalized_shape == (16,)
+    assert ours.elementwise_affine is ref.elementwise_affine is affine
+
+
 def test_rmsnorm_offset_without_weight_fails_at_construction():
     with pytest.raises(ValueError, match="offset"):
         RMSNorm(16, offset=1.0, elementwise_affine=False)

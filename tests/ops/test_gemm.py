@@ -107,6 +107,28 @@ def test_empty_k_with_a_batched_a_and_a_shared_b():
     assert out.shape == (3, 4, 0) and b.grad.shape == (5, 0) and not a.grad.any()
 
 
+@pytest.mark.parametrize("act", ["gelu", "silu", "swiglu", "relu"])
+def test_empty_n_with_an_activation_backward(act):
+    """N = 0 with a fused activation: the backward's activation gradient has no rows to launch over (it
+    raised from a reshape of 0 elements); gradients come back empty or zero, as torch's."""
+    a = _rand(3, 4).requires_grad_(True)
+    b = torch.empty(4, 0, device=DEVICE, requires_grad=True)
+    bias = torch.empty(0, device=DEVICE, requires_grad=True)
+    out = matmul(a, b, bias=bias, activation=act)
+    out.sum().backward()
+    assert out.shape == (3, 0) and b.grad.shape == (4, 0) and bias.grad.shape == (0,) and not a.grad.any()
+
+
+@pytest.mark.parametrize("shapes", [((0, 3, 4), (4, 5)), ((3, 4), (0, 4, 5)), ((0, 3, 4), (0, 4, 5))],
+                         ids=["a_batch0", "b_batch0", "both"])
+def test_an_empty_batch_gives_an_empty_output(shapes):
+    """A batch of 0 broadcast against a shared operand is an empty batch, as in torch (it was taken as 1: the
+    kernel ran over a 0-batch B, reading past it, or indexed an empty A)."""
+    a, b = torch.randn(*shapes[0], device=DEVICE), torch.randn(*shapes[1], device=DEVICE)
+    out = matmul(a, b)
+    assert out.shape == torch.matmul(a, b).shape == (0, 3, 5)
+
+
 @pytest.mark.interpreter
 def test_split_k_is_deterministic_and_correct():
     """Decode shapes (M ≤ 16, long K) split K under the interpreter too; the reduction is ordered."""

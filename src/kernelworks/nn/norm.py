@@ -73,6 +73,8 @@ class RMSNorm(nn.Module):
             raise ValueError(f"offset: scales (offset + weight), so it needs elementwise_affine=True; got "
                              f"offset={offset} with elementwise_affine=False")
         self.hidden_size = hidden
+        self.normalized_shape = (hidden,)  # torch.nn.LayerNorm / RMSNorm's attributes, for code that reads them
+        self.elementwise_affine = elementwise_affine
         self.eps = eps
         self.offset = offset
         weight = nn.Parameter(torch.empty(hidden, device=device, dtype=dtype)) if elementwise_affine else None
@@ -117,6 +119,8 @@ class LayerNorm(nn.Module):
         _check_flag("bias", bias)
         _check_dtype(dtype)
         self.hidden_size = hidden
+        self.normalized_shape = (hidden,)  # torch.nn.LayerNorm / RMSNorm's attributes, for code that reads them
+        self.elementwise_affine = elementwise_affine
         self.eps = eps
 
         def param() -> nn.Parameter:

@@ -73,6 +73,8 @@ def _activation_grad(grad: torch.Tensor, z: torch.Tensor, activation: str, dtype
     if activation == "relu":
         return (grad * (z > 0)).to(dtype)
     dz = empty(z.shape, dtype=dtype, device=z.device)
+    if dz.numel() == 0:  # N = 0 (or M = 0): nothing to launch, and no rows to lay the kernel's grid over
+        return dz
     if activation == "swiglu":
         n = grad.shape[-1]
         activation_bwd(grad, z[..., :n], z[..., n:], dz[..., :n], dz[..., n:], "silu")

@@ -334,7 +334,8 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     k, nb = b.shape[-2], b.shape[-1]
     n = nb // 2 if gated else nb
     m = a.shape[-2]
-    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    batches = [t.shape[0] for t in (a, b) if t.dim() == 3]
+    batch = 0 if 0 in batches else max(batches, default=1)  # broadcast: an empty batch stays empty
     out_shape = (batch, m, n) if (a.dim() == 3 or b.dim() == 3) else (m, n)
     out = empty(out_shape, dtype=out_dtype, device=a.device)
     if out.numel() == 0:
