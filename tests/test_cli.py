@@ -274,3 +274,12 @@ def test_an_unknown_case_is_a_value_error_printed_without_quotes():
         load_spec("softmax").find_cases(["nope"], bench=True)
     assert isinstance(e.value, KeyError) and isinstance(e.value, UnknownCaseError)
     assert str(e.value).startswith("spec 'softmax' has no bench case")
+
+
+def test_report_takes_a_users_own_spec(tmp_path, capsys):
+    """README: the workbench is generic over a spec, so ``kw report --op FILE.py:SPEC`` reports your kernel (it
+    answered "no op named"); a spec of your own runs all its cases, having no quick subset of ours."""
+    assert main(["report", "--op", f"{EXAMPLE}:SPEC", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 ops:" in out and "0 failed" in out
+    assert "| one_row-fp32 |" in (tmp_path / "report.md").read_text()

@@ -124,3 +124,20 @@ def test_a_case_widens_one_gradients_bound():
     assert spec.gradient_tolerance(sat0, "q") == default.for_gradients()
     other = next(c for c in spec.check_cases if c.id == "b1-t40-sat1-fp32")
     assert spec.gradient_tolerance(other, "g") == default.for_gradients()
+
+
+def test_grad_inputs_must_name_arguments_of_the_reference():
+    """A typo in ``grad_inputs`` silently dropped that gradient's check; it is refused when the spec is made."""
+    common = dict(inputs=lambda case, device: {}, check_cases=[Case("c", {}, torch.float32)], bench_cases=[],
+                  cost=lambda case, mode: Cost(), providers={"p": Provider("p", lambda x, y: x + y)}, subject="p")
+    with pytest.raises(ValueError, match=r"grad_inputs \['Y'\] name no argument"):
+        OpSpec(name="t_typo", reference=lambda x, y: x + y, grad_inputs=("x", "Y"), **common)
+    with pytest.raises(TypeError, match="tuple of input names"):
+        OpSpec(name="t_str", reference=lambda x, y: x + y, grad_inputs="x", **common)
+    OpSpec(name="t_kwargs", reference=lambda **kw: kw["x"], grad_inputs=("x",), **common)  # **kwargs: any name
+
+
+def test_one_case_name_as_a_string_is_one_name():
+    spec = registry()["softmax"]
+    name = spec.check_cases[0].name
+    assert spec.find_cases(name, bench=False) == spec.find_cases([name], bench=False)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -228,6 +229,12 @@ class OpSpec:
         unknown = set(self.baselines) - {"torch", "torch.compile"}
         if unknown:
             raise ValueError(f"spec {self.name!r}: unknown derived baselines {sorted(unknown)}")
+        if isinstance(self.grad_inputs, str):
+            raise TypeError(f"spec {self.name!r}: grad_inputs is a tuple of input names, got the string "
+                            f"{self.grad_inputs!r}")
+        strays = [n for n in self.grad_inputs if not _takes(self.reference, n)]
+        if strays:  # a typo would silently drop that gradient's check
+            raise ValueError(f"spec {self.name!r}: grad_inputs {strays} name no argument of its reference")
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -303,7 +310,7 @@ class OpSpec:
         pool = list(self.bench_cases if bench else self.check_cases)
         if names is None:
             return pool
-        wanted = list(names)
+        wanted = [names] if isinstance(names, str) else list(names)  # one name, not its characters
         chosen = [c for c in pool if c.name in wanted or c.id in wanted]
         missing = [n for n in wanted if not any(n in (c.name, c.id) for c in pool)]
         if missing:
@@ -311,6 +318,15 @@ class OpSpec:
             raise UnknownCaseError(f"spec {self.name!r} has no {kind} case named {missing}; "
                                    f"known: {[c.id for c in pool]}")
         return chosen
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """``fn`` accepts a keyword argument ``name`` (True when its signature cannot be read or takes **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 # ---------------------------------------------------------------------------------------------- registry

@@ -35,11 +35,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:
-    """Compact number: ``1.23e-05``, ``0.0123``, ``1234``."""
+    """Compact number: ``1.23e-05``, ``0.0123``, ``1234``, ``1.23e+09``."""
     if x is None or x != x:
         return "—"
     if x == 0:
         return "0"
+    if abs(x) >= 1e7:  # a 35-digit integer reads as nothing
+        return f"{x:.{digits - 1}e}"
     if abs(x) >= 1000:
         return f"{x:.0f}"
     if abs(x) < 1e-3:

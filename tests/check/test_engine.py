@@ -233,3 +233,67 @@ def test_relative_l2_bound_passes_only_what_it_bounds():
     assert not compare("o", out, ref, ref, Tolerance(atol=1e-3, max_rel_l2=1e-3)).passed
     out[1] = float("nan")  # an unwritten element fails whatever the bound
     assert not compare("o", out, ref, ref, bounded).passed
+
+
+# ------------------------------------------------------------------------ session 21: the workbench probe
+
+def _generic(name: str, reference, inputs, fn, *, grad_inputs=(), case=CASE) -> OpSpec:
+    return OpSpec(name=name, reference=reference, inputs=inputs, check_cases=[case], bench_cases=[],
+                  cost=lambda case, mode: Cost(), providers={"p": Provider("p", fn)}, subject="p",
+                  grad_inputs=grad_inputs)
+
+
+def _rowmax_inputs(case, device):
+    return {"x": randn((case["rows"], 400), case, device)}
+
+
+def test_an_index_output_off_by_one_fails():
+    """Integer outputs are compared exactly: under the bf16/fp16 tolerance (scaled by |ref|) an argmax off by
+    one passed once the index reached ~125 (bf16) or ~1000 (fp16)."""
+    def argmax_off_by_one(x):
+        i = x.argmax(-1)
+        return torch.where(i > 200, i + 1, i)
+
+    res = _fwd(_generic("t_argmax", lambda x: x.argmax(-1), _rowmax_inputs, argmax_off_by_one))
+    assert not res.passed and "compared exactly" in res.comparisons[0].problem
+    assert _fwd(_generic("t_argmax_ok", lambda x: x.argmax(-1), _rowmax_inputs, lambda x: x.argmax(-1))).passed
+
+
+def test_a_reference_working_in_place_does_not_blame_the_provider():
+    """The reference runs on copies: one written in place (``x.mul_(2)``) used to change the inputs the
+    provider was then checked on, and the provider was reported as wrong and as modifying ``x``."""
+    res = _fwd(_generic("t_inplace_ref", lambda x: x.mul_(2), lambda case, device: {
+        "x": randn((case["rows"], case["cols"]), case, device)}, lambda x: x * 2))
+    assert res.passed, check_table([res])
+
+
+def test_tensors_inside_a_list_input_are_upcast_and_watched():
+    """A list of tensors is upcast for the float64 truth like a tensor input (an exactly rounded sum of 32
+    fp16 tensors failed against a truth that kept fp16's rounding), and a write into one is reported."""
+    def inputs(case, device):
+        return {"ys": [randn((case["rows"], case["cols"]), case, device) for _ in range(32)]}
+
+    def exact_sum(ys):
+        return torch.stack(ys).double().sum(0).to(ys[0].dtype)
+
+    def reference(ys):
+        return torch.stack(ys).sum(0)
+
+    assert _fwd(_generic("t_listsum", reference, inputs, exact_sum)).passed
+
+    def clobbers(ys):
+        out = exact_sum(ys)
+        ys[1].zero_()
+        return out
+
+    res = _fwd(_generic("t_listsum_clobber", reference, inputs, clobbers))
+    assert any("input 'ys[1]' was modified" in p for p in res.problems)
+
+
+def test_a_provider_without_a_gradient_is_named():
+    """A provider whose output does not require grad (no autograd path) fails with a reason, not autograd's
+    "appears to not have been used in the graph"."""
+    spec = _generic("t_nograd", lambda x: x * 2, lambda case, device: {
+        "x": randn((case["rows"], case["cols"]), case, device)}, lambda x: (x * 2).detach(), grad_inputs=("x",))
+    (bwd,) = [r for r in check_case(spec, CASE) if r.mode == "bwd"]
+    assert any("no output requires grad" in p for p in bwd.problems), bwd.problems

@@ -56,6 +56,15 @@ def test_kw001_mask_not_derived_from_the_offsets():
     assert len(hits) == 2 and "does not bound" in hits[0].message
 
 
+def test_kw001_a_mask_with_only_a_lower_bound():
+    """``offs >= 0`` is built from the offsets but bounds nothing at the end: the last block still runs past."""
+    body = "m = offs >= 0\n    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)"
+    hits = findings(ADD.format(body=body), "KW001")
+    assert len(hits) == 2 and "only from below" in hits[0].message
+    both = "m = (offs >= 0) & (offs < n)\n    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)"
+    assert not codes(ADD.format(body=both))
+
+
 def test_kw001_grid_of_whole_rows_needs_no_mask():
     src = """
     @triton.jit

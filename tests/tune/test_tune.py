@@ -516,3 +516,37 @@ def test_a_provider_that_keeps_its_output_buffer_is_judged_on_its_values():
     res = tune_case(spec, spec.bench_cases[0], timer=lambda fn: (fn(), 1.0, 1.0, 1.0)[1:],
                     device=torch.device("cpu"), target=None)  # no compile gate: the provider launches nothing
     assert [c.verdict for c in res.candidates] == ["ok", "ok", "ok"], [c.detail for c in res.candidates]
+
+
+def test_the_cache_sees_an_edit_behind_a_partial_or_a_module():
+    """The cache's source hash reads the file behind a ``functools.partial`` provider or an ``nn.Module``
+    (it skipped both, so a kernel edited to be wrong still returned its cached winner)."""
+    import functools
+
+    from kernelworks.tune.cache import _defining_file
+
+    assert _defining_file(functools.partial(_toy)) == __file__
+    assert _defining_file(torch.nn.Linear(2, 2)).endswith("linear.py")
+    assert _defining_file(print) is None  # no file: a winner is never reused (a fresh nonce in the hash)
+
+
+def test_configs_that_all_compile_to_the_default_kernels_are_not_applied():
+    """A user spec's ``configured`` hook that sets nothing the launch reads: every config compiles to the op's
+    own kernels, so they are "not applied" instead of being timed and one of them cached as a winner."""
+    from kernelworks.tune.engine import Candidate, _unapplied_configs
+
+    class Gate:
+        def __init__(self, keys):
+            self.keys = keys
+
+        def launches(self, config):
+            return self.keys[repr(sorted(config.items()))]
+
+    cands = [Candidate({}, "ok"), Candidate({"BLOCK": 64}, "ok"), Candidate({"BLOCK": 128}, "ok")]
+    same = Gate({repr([]): ("k0",), repr([("BLOCK", 64)]): ("k0",), repr([("BLOCK", 128)]): ("k0",)})
+    _unapplied_configs(cands, same)
+    assert [c.verdict for c in cands] == ["ok", "not applied", "not applied"]
+    cands = [Candidate({}, "ok"), Candidate({"BLOCK": 64}, "ok"), Candidate({"BLOCK": 128}, "ok")]
+    one_equal = Gate({repr([]): ("k0",), repr([("BLOCK", 64)]): ("k0",), repr([("BLOCK", 128)]): ("k1",)})
+    _unapplied_configs(cands, one_equal)  # one config equal to the op's own plan is normal
+    assert [c.verdict for c in cands] == ["ok", "ok", "ok"]

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from kernelworks.check.compare import bitwise_equal, first_failure
-from kernelworks.check.engine import as_outputs, upcast
+from kernelworks.check.engine import as_outputs, copies, upcast
 from kernelworks.spec import Case, Inputs, OpSpec, Tolerance
 
 DEFAULT_PROBES = ("fresh values in the same tensors", "fresh tensors")
@@ -50,7 +50,7 @@ DEFAULT_PROBES = ("fresh values in the same tensors", "fresh tensors")
 
 def _truth(spec: OpSpec, inputs: Mapping[str, Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """The float64 reference's outputs and PyTorch's in the inputs' own dtypes (the error scale)."""
-    return as_outputs(spec.reference(**upcast(inputs))), as_outputs(spec.reference(**inputs))
+    return as_outputs(spec.reference(**upcast(inputs))), as_outputs(spec.reference(**copies(inputs)))
 
 
 def _mismatch(out: tuple[torch.Tensor, ...], inputs: Mapping[str, Any], spec: OpSpec,

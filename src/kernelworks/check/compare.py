@@ -13,8 +13,8 @@ of values ~0.1, scaled by 1.02, passes it): the normwise rule has no absolute fl
 against PyTorch's own (:func:`l2_promise`).
 An op whose algorithm rounds differently from the reference's (``max_rel_l2``) passes either rule within
 that bound. Non-finite values must agree exactly in place (NaN where the reference is finite means an
-unwritten or broken element: outputs are NaN-poisoned before each run). The report gives the first
-offending positions with both values.
+unwritten or broken element: outputs are NaN-poisoned before each run). Integer and bool outputs must equal
+the reference exactly. The report gives the first offending positions with both values.
 """
 
 from __future__ import annotations
@@ -86,6 +86,22 @@ def _first(mask: torch.Tensor, start: int, found: list[int], limit: int = 3) -> 
     return int(mask.sum())
 
 
+def _exact(name: str, out: torch.Tensor, ref: torch.Tensor) -> Comparison:
+    """Integer and bool outputs (indices, counts, masks) must equal the reference exactly: a float tolerance
+    scaled by ``|ref|`` would pass an index off by one once it is large enough (bf16's rtol: from ~125)."""
+    wide = torch.float64 if ref.dtype.is_floating_point else torch.int64
+    o, r = out.detach().reshape(-1).to(wide), ref.detach().reshape(-1).to(wide)
+    wrong = o != r
+    n_wrong = int(wrong.sum())
+    max_abs = float((o - r).abs().max()) if n_wrong else 0.0
+    if not n_wrong:
+        return Comparison(name, 0.0, 0.0, 0.0, 0.0, 0.0, True)
+    found = wrong.nonzero()[:3, 0].tolist()
+    return Comparison(name, max_abs, float("nan"), float("nan"), 0.0, 0.0, False,
+                      f"{n_wrong} element(s) differ (integer output: compared exactly): "
+                      f"{_positions(found, n_wrong, out, ref)}")
+
+
 def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor | None,
             tol: Tolerance, expected_dtype: torch.dtype | None = None) -> Comparison:
     """Compare ``out`` with ``ref`` under ``tol``; ``baseline`` (same math, low precision) sets the scale."""
@@ -101,6 +117,8 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, baseline: torch.Ten
     if expected_dtype is not None and out.dtype != expected_dtype:
         return fail(f"dtype {dtype_name(out.dtype)}, want {dtype_name(expected_dtype)}")
     ref = ref.to(out.device)
+    if not (out.dtype.is_floating_point or out.dtype.is_complex):
+        return _exact(name, out, ref)
     if baseline is not None and tuple(baseline.shape) != tuple(ref.shape):
         baseline = None
 

@@ -73,7 +73,31 @@ def snapshot_outputs(out: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _tensors(inputs: Inputs) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    """The tensor inputs by name, those inside a list or tuple input as ``name[i]``."""
+    out = {}
+    for k, v in inputs.items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v
+        elif type(v) in (list, tuple):
+            out.update({f"{k}[{i}]": x for i, x in enumerate(v) if isinstance(x, torch.Tensor)})
+    return out
+
+
+def _map_tensors(inputs: Inputs, fn: Callable[[torch.Tensor], torch.Tensor]) -> Inputs:
+    """``inputs`` with ``fn`` applied to every tensor, those inside a list or tuple input included."""
+    def one(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return fn(v)
+        if type(v) in (list, tuple) and any(isinstance(x, torch.Tensor) for x in v):
+            return type(v)(one(x) for x in v)
+        return v
+    return {k: one(v) for k, v in inputs.items()}
+
+
+def copies(inputs: Inputs) -> Inputs:
+    """Every tensor input cloned (detached): what a reference runs on, so that one working in place cannot
+    change the inputs a provider is then checked on (the provider would be blamed)."""
+    return _map_tensors(inputs, lambda t: t.detach().clone())
 
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -87,14 +111,15 @@ def _storage_snapshot(inputs: Inputs) -> list[tuple[list[str], torch.Tensor, tor
     the inputs on it, its bytes and a copy of them."""
     groups: dict[int, list[str]] = {}
     first: dict[int, torch.Tensor] = {}
-    for k, v in _tensors(inputs).items():
+    tensors = _tensors(inputs)
+    for k, v in tensors.items():
         ptr = v.untyped_storage().data_ptr()
         groups.setdefault(ptr, []).append(k)
         first.setdefault(ptr, v)
     out = []
     for ptr, names in groups.items():
         v = first[ptr]
-        if v.untyped_storage().nbytes() > sum(inputs[k].numel() * inputs[k].element_size() for k in names):
+        if v.untyped_storage().nbytes() > sum(tensors[k].numel() * tensors[k].element_size() for k in names):
             live = _storage_bytes(v)
             out.append((names, live, live.clone()))
     return out
@@ -113,9 +138,10 @@ def _modified_inputs(inputs: Inputs, snapshot: Mapping[str, torch.Tensor],
 
 
 def upcast(inputs: Inputs, dtype: torch.dtype = torch.float64) -> Inputs:
-    """Floating tensors cast to ``dtype`` (detached); everything else unchanged."""
-    return {k: v.detach().to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in inputs.items()}
+    """Copies of the tensor inputs (detached; inside list and tuple inputs too), floating ones cast to
+    ``dtype``; everything else unchanged."""
+    return _map_tensors(inputs, lambda t: t.detach().to(dtype, copy=True) if t.is_floating_point()
+                        else t.detach().clone())
 
 
 def _dirty_allocator(device: torch.device) -> None:
@@ -177,8 +203,16 @@ def gradients(fn: Callable[..., Any], inputs: Inputs, names: Sequence[str], grad
     dtype), with respect to the inputs ``names`` (fresh leaves, cast to ``dtype`` when given)."""
     leaves = with_grad_leaves(inputs, names, dtype)
     outs = [o for o in as_outputs(fn(**leaves)) if o.is_floating_point() and o.requires_grad]
+    if not outs:
+        raise RuntimeError(f"no output requires grad: it computes no gradient for {', '.join(names)} "
+                           "(no autograd path, or the inputs detached)")
     gos = [g.to(o.dtype) for g, o in zip(grad_outs, outs)]
-    return torch.autograd.grad(outs, [leaves[n] for n in names], gos)
+    grads = torch.autograd.grad(outs, [leaves[n] for n in names], gos, allow_unused=True)
+    missing = [n for n, g in zip(names, grads) if g is None]
+    if missing:
+        raise RuntimeError(f"no gradient for {', '.join(map(repr, missing))}: the outputs do not depend on it "
+                           "through autograd, or its backward returns None")
+    return grads
 
 
 def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device: torch.device | None = None,
@@ -210,7 +244,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
         snapshot = {k: v.clone() for k, v in _tensors(inputs).items()}
         storages = _storage_snapshot(inputs)
         ref = as_outputs(spec.reference(**upcast(inputs)))
-        base = as_outputs(spec.reference(**inputs))
+        base = as_outputs(spec.reference(**copies(inputs)))
         not_tensors = sorted({type(o).__name__ for o in (*ref, *base) if not isinstance(o, torch.Tensor)})
         if not_tensors:
             raise TypeError(f"the reference returned {', '.join(not_tensors)}, expected tensors")
@@ -254,7 +288,7 @@ def check_case(spec: OpSpec, case: Case, *, provider: str | None = None, device:
                          if r.is_floating_point()]
             try:
                 ref_g = gradients(spec.reference, upcast(inputs), names, grad_outs)
-                base_g = gradients(spec.reference, inputs, names, grad_outs)
+                base_g = gradients(spec.reference, copies(inputs), names, grad_outs)
                 with fresh_memory_poisoned(device):
                     g1 = snapshot_outputs(gradients(prov.fn, inputs, names, grad_outs))
                     g2 = gradients(prov.fn, inputs, names, grad_outs)

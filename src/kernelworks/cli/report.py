@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and the runs in OUT/sanitize.json.")
     p.add_argument("--full", action="store_true", help="every case (default: the quick subset)")
     p.add_argument("--out", default="kw-report", help="output folder (default: kw-report)")
-    p.add_argument("--op", action="append", help="only this op; repeatable")
+    p.add_argument("--op", action="append", help="only this op (a registered name, or your own spec as FILE.py:SPEC); "
+                   "repeatable")
     p.add_argument("--no-bench", action="store_true", help="skip timings even on a GPU")
     add_sanitize_arguments(p, logs=False)
 

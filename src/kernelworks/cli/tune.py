@@ -15,12 +15,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "first compiled for this GPU in parallel worker processes (--compile-workers, "
                                    "--compile-timeout): one that fails to compile, times out, needs more shared "
                                    "memory than the GPU has or spills more than --spill-limit bytes per thread "
-                                   "is recorded and never run. The rest run once against the reference: one "
-                                   "that raises or is wrong is recorded and never chosen; the right ones are "
+                                   "is recorded and never run. The rest run twice against the reference (the "
+                                   "same results both times, the inputs unchanged) and once more on other "
+                                   "values: one that raises or is wrong is recorded and never chosen; configs "
+                                   "that all compile to the op's own kernels are marked not applied (the spec's "
+                                   "hook reaches no launch); the right ones are "
                                    "timed, the fastest three re-timed interleaved, and the simpler config wins "
                                    "unless the faster one beats it by more than the measured spread. Strategies: "
                                    "exhaustive, random, pattern (one knob at a time from the op's own choice); "
-                                   "auto = pattern on spaces of more than 32 configs, else exhaustive. Winners "
+                                   "auto = pattern on spaces of more than 48 configs, else exhaustive. Winners "
                                    "are cached per GPU, triton version and source; --write also puts them in the "
                                    "op's shipped table for this GPU, which the op reads at plan time.")
     p.add_argument("target", help="registered op name or path/to/file.py:SPEC")

@@ -122,7 +122,14 @@ def diagnose(r: KernelReport) -> list[str]:
     sixteen = [name for name, ty in r.signature.items() if ty in SIXTEEN_BIT]
     if sixteen and mix.narrow_global:
         narrow = {w: n for w, n in (mix.global_loads + mix.global_stores).items() if w <= 32}
+        pointers = [name for name, ty in r.signature.items() if ty.startswith("*")]
+        hinted = set(r.divisible)
+        cause = (f"every pointer is hinted 16-byte aligned here, so likely too few elements per thread: a "
+                 f"128-bit access needs 8 contiguous 16-bit elements in each of the {r.num_warps * 32} threads "
+                 f"(a larger block, or fewer warps)" if pointers and hinted.issuperset(pointers) else
+                 f"unaligned pointers, strides and sizes not divisible by 16 (hinted here: "
+                 f"{', '.join(r.divisible) or 'none'}), or fewer than 8 contiguous elements per thread "
+                 f"({r.num_warps * 32} threads)")
         out.append(f"narrow global accesses: {_widths(narrow)} loads/stores on 16-bit data "
-                   f"({', '.join(sixteen)}), where 128-bit ones move 8 elements each; unaligned pointers, or "
-                   f"strides and sizes not divisible by 16 (hinted here: {', '.join(r.divisible) or 'none'})")
+                   f"({', '.join(sixteen)}), where 128-bit ones move 8 elements each; {cause}")
     return out

@@ -7,9 +7,11 @@ entries are never returned.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,15 +32,29 @@ def source_hash(spec: OpSpec) -> str:
     and the sources its shipped table covers (``spec.tuned``: the kernels and their launcher)."""
     digest = hashlib.sha256()
     for fn in (spec.providers[spec.subject].fn, spec.reference, spec.inputs):
-        try:
-            path = inspect.getsourcefile(inspect.unwrap(fn))
-        except TypeError:
-            path = None
-        if path:
+        path = _defining_file(fn)
+        if path is None:  # no file to hash: an edit could not be seen, so no winner may be reused
+            digest.update(os.urandom(16))
+        else:
             digest.update(Path(path).read_bytes())
     if spec.tuned is not None:  # the kernels and launcher, where they live apart from the provider (matmul)
         digest.update(spec.tuned.source_hash().encode())
     return digest.hexdigest()[:16]
+
+
+def _defining_file(fn: Any) -> str | None:
+    """The source file of a provider, reference or inputs callable: a function (unwrapped), a
+    ``functools.partial``'s function, an ``nn.Module``'s ``forward``, another callable object's ``__call__``;
+    None when there is none (a builtin)."""
+    fn = inspect.unwrap(fn)
+    while isinstance(fn, functools.partial):
+        fn = inspect.unwrap(fn.func)
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn)):
+        fn = type(fn).forward if isinstance(fn, torch.nn.Module) else type(fn).__call__
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
 
 
 def _device() -> str:

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from kernelworks.check.compare import bitwise_equal, first_failure
-from kernelworks.check.engine import as_outputs, fresh_memory_poisoned, gradients, snapshot_outputs, upcast
+from kernelworks.check.engine import as_outputs, copies, fresh_memory_poisoned, gradients, snapshot_outputs, upcast
 from kernelworks.runtime.device import default_device
 from kernelworks.runtime.plans import consulted, observed
 from kernelworks.spec import Case, OpSpec
@@ -143,7 +143,7 @@ class _Truth:
         tol = spec.case_tolerance(case)
         if mode == "fwd":
             self.ref = as_outputs(spec.reference(**upcast(inputs)))
-            self.base = as_outputs(spec.reference(**inputs))
+            self.base = as_outputs(spec.reference(**copies(inputs)))
             self.tol = tol
             return
         self.names = [n for n in spec.grad_inputs if isinstance(inputs.get(n), torch.Tensor)]
@@ -151,7 +151,7 @@ class _Truth:
         self.grad_outs = [torch.randn(o.shape, dtype=torch.float64, device=o.device) for o in outs
                           if o.is_floating_point()]
         self.ref = gradients(spec.reference, upcast(inputs), self.names, self.grad_outs)
-        self.base = gradients(spec.reference, inputs, self.names, self.grad_outs)
+        self.base = gradients(spec.reference, copies(inputs), self.names, self.grad_outs)
         self.tol = [spec.gradient_tolerance(case, n) for n in self.names]
 
     def _once(self, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> tuple[Sequence[Any], str | None]:
@@ -335,6 +335,8 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
             if on_candidate is not None:
                 on_candidate(cand)
     result.complete = not stopped
+    if gate is not None:
+        _unapplied_configs(result.candidates, gate)
     right = sorted((c for c in result.candidates if c.verdict == "ok"), key=lambda c: c.ms)
     if not right:
         result.reason = "no config was right"
@@ -343,6 +345,21 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
         result.winner = winner.config
     result.seconds = time.perf_counter() - t_start
     return result
+
+
+def _unapplied_configs(candidates: Sequence[Candidate], gate: Any) -> None:
+    """When every config tried compiles to exactly the kernels of the op's own choice, the ``configured`` hook
+    reaches no launch (a user spec's hook that sets nothing the kernel reads): the configs are marked "not
+    applied" rather than timed as if they differed (a winner would be noise). One config equal to the op's own
+    plan is normal; all of them are not."""
+    default = gate.launches({})
+    others = [c for c in candidates if c.config]
+    if not default or len(others) < 2 or any(gate.launches(c.config) != default for c in others):
+        return
+    for c in others:
+        c.verdict = "not applied"
+        c.detail = ("every config compiles to the op's own kernels: the spec's `configured` hook reaches no "
+                    "launch (it must set what the kernel's launch reads)")
 
 
 def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "auto",

@@ -89,6 +89,11 @@ class CompileGate:
         self.workers = workers or default_workers()
         self._checked: dict[str, CompileCheck] = {}
         self._compiled: dict[str, Any] = {}  # compile key -> Compiled | Exception | (registers, spill) tuple
+        self._launch_keys: dict[str, tuple[str, ...]] = {}  # config key -> its launches' compile keys
+
+    def launches(self, config: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The compile keys of ``config``'s captured launches (after :meth:`check`), None if not captured."""
+        return self._launch_keys.get(self._key(config))
 
     @staticmethod
     def _key(config: Mapping[str, Any]) -> str:
@@ -123,6 +128,7 @@ class CompileGate:
                 self._checked[ck] = CompileCheck("unchecked", f"launches not captured: {type(e).__name__}: {e}"[:300])
                 continue
             todo[ck] = keys
+            self._launch_keys[ck] = tuple(keys)
         if jobs:
             for key, result in zip(jobs, compile_many(list(jobs.values()), workers=self.workers,
                                                       timeout_s=self.timeout_s)):

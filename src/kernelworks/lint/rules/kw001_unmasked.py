@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from kernelworks.lint.analysis import Analysis
 from kernelworks.lint.evaluate import Ctx, call_arg
 from kernelworks.lint.findings import Severity
+from kernelworks.lint.masks import comparisons, matching
 from kernelworks.lint.model import JitFunction
 from kernelworks.lint.names import POINTER_NAME, SIZE_NAME, is_stride
 from kernelworks.lint.rules.base import Hit, Rule
@@ -189,7 +190,16 @@ class UnmaskedAccess(Rule):
             return None
         missing = [(r, why) for r, why in needed if not _covers(mask, r)]
         if not missing:
-            return None
+            bounds = list(comparisons(analysis, mask_node, ctx))
+            # built from the offsets, but every comparison of them in it is a lower bound (offs >= 0)
+            missing = [(r, why) for r, why in needed
+                       if (on := matching(bounds, r)) and not any(b.upper for b in on)]
+            if not missing:
+                return None
+            root, why = missing[0]
+            return Hit(mask_node, f"the mask of this tl.{kind} bounds the offsets from `{ast.unparse(root.node)}` "
+                                  f"(line {root.node.lineno}) only from below, and they {why}",
+                       "compare them with the size: mask=offs < n (with any lower bound it needs)")
         root, why = missing[0]
         return Hit(mask_node, f"the mask of this tl.{kind} does not bound the offsets from "
                               f"`{ast.unparse(root.node)}` (line {root.node.lineno}), which {why}",
