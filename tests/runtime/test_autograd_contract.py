@@ -87,6 +87,16 @@ def test_torch_func_transforms_are_refused_by_name(transform):
         run()
 
 
+def test_forward_mode_ad_through_an_inference_op_is_refused():
+    """gated_delta_decode (forward only) dropped a dual input's tangent silently."""
+    step = _decode_inputs()
+    pool = torch.randn(2, 2, 16, 16, device=DEVICE)
+    with fwd_ad.dual_level():
+        step["v"] = fwd_ad.make_dual(step["v"], torch.ones_like(step["v"]))
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            kw.gated_delta_decode(**step, state=pool)
+
+
 def _decode_inputs(batch=2, heads=2, dim=16):
     torch.manual_seed(2)
     return dict(q=torch.randn(batch, 1, dim, device=DEVICE),

@@ -527,7 +527,18 @@ def test_the_cache_sees_an_edit_behind_a_partial_or_a_module():
 
     assert _defining_file(functools.partial(_toy)) == __file__
     assert _defining_file(torch.nn.Linear(2, 2)).endswith("linear.py")
-    assert _defining_file(print) is None  # no file: a winner is never reused (a fresh nonce in the hash)
+    assert _defining_file(print) is None  # a builtin: hashed by its name and torch's version
+
+
+def test_a_spec_with_a_builtin_reference_has_a_stable_source_hash():
+    """A builtin (``torch.sigmoid``) has no file: the hash must still be the same call to call, or every run
+    misses the cache and stores one more entry."""
+    import dataclasses
+
+    from kernelworks.tune.cache import source_hash
+
+    spec = dataclasses.replace(_spec("a"), reference=torch.sigmoid)
+    assert source_hash(spec) == source_hash(spec)
 
 
 def test_configs_that_all_compile_to_the_default_kernels_are_not_applied():

@@ -77,6 +77,10 @@ class ForwardOp:
             return self.custom_op(*args)
         if _functorch_active() and _transformed(args):
             raise NotImplementedError(no_transforms_message(self.name))
+        if forward_ad_active() and any(isinstance(a, torch.Tensor) and _forward_ad.unpack_dual(a).tangent is not None
+                                       for a in args):
+            raise NotImplementedError(f"kernelworks' {self.name} kernels have no forward-mode AD: a dual tensor's "
+                                      "tangent would be dropped")
         return self._forward(*args)
 
 

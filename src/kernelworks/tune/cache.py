@@ -11,7 +11,6 @@ import functools
 import hashlib
 import inspect
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,11 @@ def source_hash(spec: OpSpec) -> str:
     digest = hashlib.sha256()
     for fn in (spec.providers[spec.subject].fn, spec.reference, spec.inputs):
         path = _defining_file(fn)
-        if path is None:  # no file to hash: an edit could not be seen, so no winner may be reused
-            digest.update(os.urandom(16))
-        else:
+        if path is not None:
             digest.update(Path(path).read_bytes())
+        else:  # a builtin (torch.softmax): its name and the version of the library that defines it
+            digest.update(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))} "
+                          f"torch {torch.__version__}".encode())
     if spec.tuned is not None:  # the kernels and launcher, where they live apart from the provider (matmul)
         digest.update(spec.tuned.source_hash().encode())
     return digest.hexdigest()[:16]

@@ -348,18 +348,18 @@ def tune_case(spec: OpSpec, case: Case, *, strategy: str = "auto", budget_s: flo
 
 
 def _unapplied_configs(candidates: Sequence[Candidate], gate: Any) -> None:
-    """When every config tried compiles to exactly the kernels of the op's own choice, the ``configured`` hook
-    reaches no launch (a user spec's hook that sets nothing the kernel reads): the configs are marked "not
-    applied" rather than timed as if they differed (a winner would be noise). One config equal to the op's own
-    plan is normal; all of them are not."""
+    """When every config tried launches exactly what the op's own choice launches (the same compiled kernels,
+    grids and scalar arguments), the ``configured`` hook reaches no launch (a user spec's hook that sets nothing
+    the launch reads): the configs are marked "not applied" rather than timed as if they differed (a winner
+    would be noise). One config equal to the op's own plan is normal; all of them are not."""
     default = gate.launches({})
     others = [c for c in candidates if c.config]
     if not default or len(others) < 2 or any(gate.launches(c.config) != default for c in others):
         return
     for c in others:
         c.verdict = "not applied"
-        c.detail = ("every config compiles to the op's own kernels: the spec's `configured` hook reaches no "
-                    "launch (it must set what the kernel's launch reads)")
+        c.detail = ("every config launches what the op's own choice launches (kernels, grids, scalar arguments): "
+                    "the spec's `configured` hook reaches no launch (it must set what the launch reads)")
 
 
 def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "auto",

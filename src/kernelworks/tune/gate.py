@@ -89,10 +89,11 @@ class CompileGate:
         self.workers = workers or default_workers()
         self._checked: dict[str, CompileCheck] = {}
         self._compiled: dict[str, Any] = {}  # compile key -> Compiled | Exception | (registers, spill) tuple
-        self._launch_keys: dict[str, tuple[str, ...]] = {}  # config key -> its launches' compile keys
+        self._launch_keys: dict[str, tuple] = {}  # config key -> its launches: compile key, grid, scalar args
 
-    def launches(self, config: Mapping[str, Any]) -> tuple[str, ...] | None:
-        """The compile keys of ``config``'s captured launches (after :meth:`check`), None if not captured."""
+    def launches(self, config: Mapping[str, Any]) -> tuple | None:
+        """What ``config``'s captured launches are (after :meth:`check`): per launch its compile key, grid and
+        scalar arguments; None if not captured."""
         return self._launch_keys.get(self._key(config))
 
     @staticmethod
@@ -117,10 +118,13 @@ class CompileGate:
             try:
                 launches = capture_op(self.spec, self.case, mode=self.mode,
                                       capability=divmod(self.target.arch, 10), config=dict(config) or None)
-                keys = []
+                keys, identity = [], []
                 for launch in launches:
                     key = compile_key(launch, self.target)
                     keys.append(key)
+                    # what else a config can change: the grid and the scalar arguments (not in compile keys)
+                    scalars = tuple((k, v) for k, v in launch.args.items() if isinstance(v, (int, float, bool)))
+                    identity.append((key, launch.grid, scalars))
                     if key not in self._compiled and key not in jobs:
                         jobs[key] = CompileJob(launch.kernel, specialize(launch.kernel, launch.args, self.target),
                                                self.target, {k: v for k, v in launch.options.items() if k in opts})
@@ -128,7 +132,7 @@ class CompileGate:
                 self._checked[ck] = CompileCheck("unchecked", f"launches not captured: {type(e).__name__}: {e}"[:300])
                 continue
             todo[ck] = keys
-            self._launch_keys[ck] = tuple(keys)
+            self._launch_keys[ck] = tuple(identity)
         if jobs:
             for key, result in zip(jobs, compile_many(list(jobs.values()), workers=self.workers,
                                                       timeout_s=self.timeout_s)):

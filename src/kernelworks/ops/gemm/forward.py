@@ -231,8 +231,8 @@ def _tma_operand(t: torch.Tensor) -> tuple[bool, int] | None:
     """``(transposed, stride)`` of a 2-D operand TMA can read — a unit stride in one dimension, the other
     stride and the base 16-byte aligned — else None."""
     size = t.element_size()
-    if t.data_ptr() % 16:
-        return None
+    if t.data_ptr() % 16 or any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        return None  # (a broadcast operand, stride 0, is no TMA descriptor: it takes a copy or the pointer kernel)
     if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0:
         return False, t.stride(0)
     if t.stride(0) == 1 and (t.stride(1) * size) % 16 == 0:
@@ -277,7 +277,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _aligned_empty(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An uninitialised ``[rows, cols]`` view with unit column stride and a 16-byte row stride."""
-    per_16 = 16 // torch.empty((), dtype=dtype).element_size()
+    per_16 = 16 // dtype.itemsize
     return empty((rows, cdiv(cols, per_16) * per_16), dtype=dtype, device=device)[:, :cols]
 
 
@@ -341,6 +341,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     if out.numel() == 0:
         return out
     precision = _precision(a.dtype)
+    b_size = b.element_size()  # the caller's dtype: the interpreter's fp32 stand-in must not change a decision
     a, b = interpreter_dot_operand(a), interpreter_dot_operand(b)  # fp32 dots for bf16 under the interpreter
 
     # One 2-D product where possible: [B, M, K] @ [K, N] is [B·M, K] @ [K, N] when A's rows merge.
@@ -368,7 +369,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     if n_batch == 1 and k > 0 and tma_ok:
         tma_ready = _tma_operand(a3[0]) is not None and _tma_operand(b3[0]) is not None and _tma_output(c3[0])
         # (swiglu's up half starts N columns in: a TMA box must start on 16 bytes, so N must be aligned)
-        staged = not tma_ready and a.element_size() > 1 and not (gated and (n * a.element_size()) % 16) and \
+        staged = not tma_ready and a.element_size() > 1 and not (gated and (n * b_size) % 16) and \
             (forced.tma if forced is not None else _worth_staging(m2, n, k))
     mode_a, mode_b = scale_modes
     plan = forced
