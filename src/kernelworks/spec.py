@@ -335,7 +335,8 @@ _REGISTRY: dict[str, OpSpec] = {}
 
 
 def register(spec: OpSpec) -> OpSpec:
-    """Add a spec to the registry (its name must be new) and return it."""
+    """Add a spec to the registry and return it; a name already taken by another spec raises (registering the
+    same spec again does nothing)."""
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"an op spec named {spec.name!r} is already registered")
     _REGISTRY[spec.name] = spec

@@ -811,10 +811,68 @@ def test_unsupported_family_warns_when_not_strict():
 
 def test_bad_options_raise():
     model, _ = _pair()
-    with pytest.raises(TypeError, match="rope: expected a bool, got str"):
+    with pytest.raises(TypeError, match="rope: expected a Python bool, got str 'yes'"):
         kernelworks.patch(model, rope="yes")
     with pytest.raises(TypeError, match=r"model: expected a torch\.nn\.Module"):
         kernelworks.patch("llama")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert kernelworks.unpatch(model) is model  # not patched: unchanged, silently
+
+
+# ------------------------------------------------------------------------ a user's own classes (session 21)
+
+
+def _scaled(cls, factor: float):
+    """A user's subclass of an HF module class whose forward scales the output (named in this test file)."""
+    def forward(self, *args, **kwargs):
+        out = cls.forward(self, *args, **kwargs)
+        if isinstance(out, tuple):
+            return (out[0] * factor, *out[1:])
+        if hasattr(out, "logits"):
+            out.logits = out.logits * factor
+            return out
+        return out * factor
+    return type(f"My{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
+
+
+@pytest.mark.parametrize("where", ["causal_lm", "layer", "mlp", "attention", "norm"])
+def test_a_users_own_classes_keep_their_forward(where):
+    """A subclass the user wrote (or a module they swapped in) is not Hugging Face's class: patch leaves it
+    to its own forward (warned once) instead of replacing it with ours, which computed something else: the
+    subclass's override was dropped, or a LayerNorm in the RMSNorm's place ran as an RMSNorm."""
+    model, reference = _pair()
+    for m in (model, reference):
+        layer = m.model.layers[0]
+        if where == "causal_lm":
+            m.__class__ = _scaled(type(m), 0.5)
+        elif where == "layer":
+            layer.__class__ = _scaled(type(layer), 0.5)
+        elif where == "mlp":
+            layer.mlp.__class__ = _scaled(type(layer.mlp), 0.5)
+        elif where == "attention":
+            layer.self_attn.__class__ = _scaled(type(layer.self_attn), 0.5)
+        else:
+            layer.post_attention_layernorm = torch.nn.LayerNorm(m.config.hidden_size, device=DEVICE)
+    reference.load_state_dict(model.state_dict())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernelworks.patch(model)
+    if where != "norm":
+        assert any("is not Hugging Face's own class" in str(w.message) for w in caught)
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, **TOL)
+
+
+def test_patching_a_model_and_its_base_is_refused():
+    """patch(model) then patch(model.model) nested our classes, and an unpatch in either order left kernels
+    running in a model that said it was unpatched."""
+    model, _ = _pair()
+    kernelworks.patch(model)
+    with pytest.raises(ValueError, match="already patched through another module"):
+        kernelworks.patch(model.model)
+    kernelworks.unpatch(model)
+    kernelworks.patch(model.model)
+    with pytest.raises(ValueError, match="already patched through another module"):
+        kernelworks.patch(model)

@@ -561,3 +561,15 @@ def test_configs_that_all_compile_to_the_default_kernels_are_not_applied():
     one_equal = Gate({repr([]): ("k0",), repr([("BLOCK", 64)]): ("k0",), repr([("BLOCK", 128)]): ("k1",)})
     _unapplied_configs(cands, one_equal)  # one config equal to the op's own plan is normal
     assert [c.verdict for c in cands] == ["ok", "ok", "ok"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal without a GPU")
+def test_tune_without_a_gpu_refuses_at_once_unless_given_a_timer():
+    """It ran a GPU-sized case in the interpreter for minutes before the timer said there was no GPU; it also
+    takes an op's name, as kernelworks.check and bench do."""
+    import kernelworks
+
+    with pytest.raises(RuntimeError, match="none is visible"):
+        kernelworks.tune("matmul", ["llama3_8b-qkv-M64"])
+    with pytest.raises(KeyError, match="no op named"):
+        kernelworks.tune("no_such_op", timer=lambda fn: (1.0, 1.0, 1.0))

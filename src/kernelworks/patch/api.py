@@ -167,9 +167,23 @@ class _State:
     attention: bool = False
     patched: list[str] = field(default_factory=list)
 
-    def swap(self, module: nn.Module, tag: str, attrs: dict) -> None:
+    def swap(self, module: nn.Module, tag: str, attrs: dict) -> bool:
+        """Give ``module`` our forward, unless its class is not Hugging Face's own (a user's subclass or
+        replacement, whose forward may compute something else: it keeps it, warned once). True if swapped."""
+        if not hf_class(type(module)):
+            from kernelworks.patch.attention import warn_once
+
+            warn_once(f"{type(module).__qualname__} ({type(module).__module__}) is not Hugging Face's own class: "
+                      "it keeps its forward")
+            return False
         self.swapped.append((module, type(module)))
         module.__class__ = _subclass(type(module), tag, attrs)
+        return True
+
+
+def hf_class(cls: type) -> bool:
+    """``cls`` is defined by transformers itself (not a subclass or replacement in the user's code)."""
+    return cls.__module__.startswith("transformers.")
 
 
 # ------------------------------------------------------------------------------------------- public API
@@ -197,7 +211,9 @@ def _attention_modules(base: nn.Module) -> list[nn.Module]:
 
 def _check_option(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+        kind = type(value)
+        where = "" if kind.__module__ == "builtins" else f"{kind.__module__}."  # numpy.bool is no bool
+        raise TypeError(f"{name}: expected a Python bool, got {where}{kind.__name__} {value!r}")
     return value
 
 
@@ -302,21 +318,27 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
 
     if getattr(model, "_kernelworks_patch", None) is not None:
         unpatch(model)
+    if any(getattr(type(m), "_kernelworks", None) is not None for m in model.modules()):
+        raise ValueError("model: part of it is already patched through another module (patch(model) and "
+                         "patch(model.model)); unpatch that one first")
     state = _State()
     base = getattr(model, "model", model)
     config = model.config
     if rms_norm:
-        family_module = type(base.layers[0]).__module__
+        family_module = next((type(layer).__module__ for layer in base.layers if hf_class(type(layer))), None)
+        swapped = 0
         for module in base.modules():
             if type(module).__name__.endswith("RMSNorm") and type(module).__module__ == family_module:
-                state.swap(module, f"rms_norm:{family.norm_offset}",
-                           {"forward": layers.rms_norm_forward, "_kw_offset": family.norm_offset})
+                swapped += state.swap(module, f"rms_norm:{family.norm_offset}",
+                                      {"forward": layers.rms_norm_forward, "_kw_offset": family.norm_offset})
         forward = layers.llama_layer_forward if family.layer == "llama" else layers.gemma_layer_forward
         for layer in base.layers:
             mixer_cache = _mixer_cache_kwarg(layer)
-            state.swap(layer, f"layer:{family.layer}:{family.norm_offset}:{mixer_cache}",
-                       {"forward": forward, "_kw_offset": family.norm_offset, "_kw_mixer_cache": mixer_cache})
-        state.patched.append("rms_norm")
+            swapped += state.swap(layer, f"layer:{family.layer}:{family.norm_offset}:{mixer_cache}",
+                                  {"forward": forward, "_kw_offset": family.norm_offset,
+                                   "_kw_mixer_cache": mixer_cache})
+        if swapped:
+            state.patched.append("rms_norm")
     if mlp:
         act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
         if act in _GLU:
@@ -324,16 +346,17 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
             for layer in base.layers:
                 experts = _experts(layer.mlp)
                 if experts is not None:  # a sparse MoE block: its router stays, the experts go grouped
-                    state.swap(experts, f"experts:{act}", {"forward": layers.experts_forward, "_kw_glu": _GLU[act]})
-                    if "experts" not in state.patched:
+                    swapped = state.swap(experts, f"experts:{act}",
+                                         {"forward": layers.experts_forward, "_kw_glu": _GLU[act]})
+                    if swapped and "experts" not in state.patched:
                         state.patched.append("experts")
                     shared = getattr(layer.mlp, "shared_expert", None)
                     if shared is not None and hasattr(shared, "gate_proj"):
-                        state.swap(shared, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
-                        dense += 1
+                        dense += state.swap(shared, f"mlp:{act}",
+                                            {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
                 elif hasattr(layer.mlp, "gate_proj"):
-                    state.swap(layer.mlp, f"mlp:{act}", {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
-                    dense += 1
+                    dense += state.swap(layer.mlp, f"mlp:{act}",
+                                        {"forward": layers.gated_mlp_forward, "_kw_glu": _GLU[act]})
                 else:
                     attention_fn.warn_once(f"{type(layer.mlp).__name__} is not a gated MLP or stacked experts "
                                            "in the layout the kernels take; it stays on torch")
@@ -343,11 +366,13 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
             attention_fn.warn_once(f"MLP activation {act!r} has no gated kernel; the MLP stays on torch")
     if rope:
         if hasattr(kernelworks, "rotary_embedding"):
-            for attn in _attention_modules(base):
-                state.swap(attn, f"attention:{family.gated_attention}",
-                           {"forward": layers.attention_forward, "_kw_attn_kwargs": staticmethod(family.attn_kwargs),
-                            "_kw_gated": family.gated_attention})
-            state.patched.append("rope")
+            swapped = [state.swap(attn, f"attention:{family.gated_attention}",
+                                  {"forward": layers.attention_forward,
+                                   "_kw_attn_kwargs": staticmethod(family.attn_kwargs),
+                                   "_kw_gated": family.gated_attention})
+                       for attn in _attention_modules(base)]
+            if any(swapped):
+                state.patched.append("rope")
         else:
             attention_fn.warn_once("kernelworks.rotary_embedding is not available in this version; rotary "
                                    "embedding stays on torch")
@@ -367,9 +392,9 @@ def patch(model: nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bo
     if loss and base is not model and hasattr(model, "lm_head"):
         moe = hasattr(model.config, "output_router_logits")
         forward = layers.moe_causal_lm_forward if moe else layers.causal_lm_forward
-        state.swap(model, f"causal_lm:{moe}:{loss_accum_dtype}", {"forward": forward,
-                                                                  "_kw_loss_accum": loss_accum_dtype})
-        state.patched.append("loss")
+        if state.swap(model, f"causal_lm:{moe}:{loss_accum_dtype}", {"forward": forward,
+                                                                     "_kw_loss_accum": loss_accum_dtype}):
+            state.patched.append("loss")
     model._kernelworks_patch = state
     return model
 

@@ -214,7 +214,9 @@ def _torch_attention(module, query, key, value, attention_mask, *, dropout, scal
     if softcap is None and not weights and getattr(module, "_kernelworks_fallback", "sdpa") == "sdpa":
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    eager = sys.modules[type(module).__module__].eager_attention_forward
+    # the module's own modeling file, or its Hugging Face base class's for a user's subclass
+    hf = next(c for c in type(module).__mro__ if c.__module__.startswith("transformers.") or c is object)
+    eager = sys.modules[hf.__module__].eager_attention_forward
     if attention_mask is not None and attention_mask.dtype == torch.bool:  # eager adds its mask to the scores
         attention_mask = torch.zeros((), dtype=query.dtype, device=query.device).masked_fill(
             ~attention_mask, torch.finfo(query.dtype).min)

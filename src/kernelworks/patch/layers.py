@@ -61,9 +61,11 @@ def _plain_linear(m: torch.nn.Module, *, bias: bool = False) -> bool:
 def _add_norm(norm: torch.nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor,
               offset: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(norm(residual + hidden_states), residual + hidden_states)``: one :func:`kernelworks.rms_norm` pass
-    with the residual add fused, unless ``norm`` is hooked (its hooks must see the call: then the add on
-    torch and the module called)."""
-    if not _unhooked(norm):
+    with the residual add fused, unless ``norm`` is hooked (its hooks must see the call) or is not an RMSNorm we
+    patched (a user's replacement or subclass, or ``rms_norm=False``): then the add on torch and the module
+    called."""
+    if not _unhooked(norm) or not getattr(type(norm), "_kernelworks", "").startswith("rms_norm"):
+        # hooked, or not a norm we patched (a user's LayerNorm or RMSNorm subclass): it runs as itself
         residual = residual + hidden_states
         return norm(residual), residual
     return kernelworks.rms_norm(_as_residual(hidden_states, residual), norm.weight, norm_eps(norm),

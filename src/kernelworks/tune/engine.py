@@ -362,12 +362,14 @@ def _unapplied_configs(candidates: Sequence[Candidate], gate: Any) -> None:
                     "the spec's `configured` hook reaches no launch (it must set what the launch reads)")
 
 
-def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "auto",
+def tune(spec: OpSpec | str, cases: Iterable[str] | None = None, *, strategy: str = "auto",
          budget_s: float | None = None, device: torch.device | None = None, timer: Timer | None = None,
          progress: bool = True, use_cache: bool = True, write_cache: bool = True, mode: str = "fwd",
          **options: Any) -> list[CaseTuning]:
     """Tune ``spec``'s forward (or, ``mode="bwd"``, its backward) on its bench cases (or the named ones): one
-    :class:`CaseTuning` per case.
+    :class:`CaseTuning` per case. ``spec``: an :class:`OpSpec`, a registered op's name or ``FILE.py:SPEC``.
+    Candidates are timed on a GPU; without one a ``timer`` must be given (tests pass a stand-in), else this
+    raises at once rather than after running the cases in the interpreter.
 
     ``budget_s`` bounds each case's search. A cached winner for this GPU, triton version and spec source is
     returned without searching when ``use_cache`` (``reason`` says so); new winners are cached when
@@ -375,11 +377,19 @@ def tune(spec: OpSpec, cases: Iterable[str] | None = None, *, strategy: str = "a
     ``compile_timeout_s``, ``compile_workers``, ``seed``).
 
     Example:
-        >>> results = kernelworks.tune(MATMUL_SPEC, ["llama3_8b-qkv-M64"], budget_s=120)   # on a GPU
+        >>> results = kernelworks.tune("matmul", ["llama3_8b-qkv-M64"], budget_s=120)   # on a GPU
         >>> results[0].winner, results[0].reason
     """
+    from kernelworks.spec import load_spec
     from kernelworks.tune import cache
 
+    if isinstance(spec, str):
+        spec = load_spec(spec)
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"spec: expected an OpSpec, an op name or FILE.py:SPEC, got {type(spec).__name__}")
+    if timer is None and not torch.cuda.is_available():
+        raise RuntimeError("kernelworks.tune times its candidates on a GPU, and none is visible (pass timer= to "
+                           "search without one)")
     if budget_s is not None and not budget_s > 0:
         raise ValueError(f"budget_s: expected seconds > 0, got {budget_s}")
     max_trials = options.get("max_trials")
