@@ -766,6 +766,29 @@ def test_packing_is_decided_once_per_forward(monkeypatch):
     torch.testing.assert_close(logits, ref, **TOL)
 
 
+def test_training_forward_skips_hfs_packing_sync(monkeypatch):
+    """HF's base model checks ``position_ids`` for packing on every training forward, ending in a host sync
+    (``.all()`` on the device). Where the patched entry has decided the batch is not packed, that check is
+    skipped; a packed batch, an unpatched model and a padded batch still run it."""
+    from kernelworks.patch import attention
+
+    model, reference = _pair()
+    model.train(), reference.train()  # training: no cache, so HF checks for packing
+    kernelworks.patch(model)
+    hf_check = attention._find_packed_sequence_indices.hf
+    calls = []
+    monkeypatch.setattr(attention._find_packed_sequence_indices, "hf", lambda p: calls.append(1) or hf_check(p))
+    ids = _ids(2, 9)
+    model(ids, labels=ids).loss.backward()
+    model(ids, position_ids=torch.arange(9, device=DEVICE)[None].expand(2, -1), labels=ids)
+    assert calls == []
+    packed = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]] * 2, device=DEVICE)
+    loss = model(ids, position_ids=packed, labels=ids).loss
+    assert len(calls) == 1
+    torch.testing.assert_close(loss, reference(ids, position_ids=packed, labels=ids, use_cache=False).loss, **TOL)
+    assert len(calls) == 2  # HF's own model, patched or not, goes through the same check
+
+
 # ------------------------------------------------------------------------------------------- errors
 
 

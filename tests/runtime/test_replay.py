@@ -117,7 +117,14 @@ OPS = {
     "matmul": lambda x, r, w, qkv: kw.matmul(x, qkv.view(256, 24)),
     "flash_attention_packed_qkv": lambda x, r, w, qkv: kw.flash_attention(
         *(qkv.view(1, 8, 3, 4, 64)[:, :, i] for i in range(3)), causal=True),
+    # the public op transposes its arguments and its result: views an autograd replay makes again
+    "flash_attention_bhsd": lambda x, r, w, qkv: kw.flash_attention(
+        *(qkv.view(1, 8, 3, 4, 64)[:, :, i].transpose(1, 2) for i in range(3)), causal=True, layout="bhsd"),
+    "gated_mlp": lambda x, r, w, qkv: kw.gated_mlp(x.view(2, 4, 256), qkv[:, :256], qkv[:, 256:512],
+                                                   qkv[:, 512:].t()),
 }
+WHOLE_CALL_NAMES = {"flash_attention_bhsd": "api.flash_attention", "gated_mlp": "mlp.gated_mlp"}
+"""Ops whose public op makes views of its own: the whole autograd call must replay, views and all."""
 
 
 @pytest.mark.parametrize("name", list(OPS))
@@ -149,6 +156,8 @@ def test_autograd_replay_launches_what_the_ordinary_path_launches(launches, name
     grad_replays = [v for rep in replay._REGISTRY if rep.whole_call for v in rep._memo.values()
                     if callable(v) and "autograd" in v.__code__.co_filename]
     assert grad_replays
+    if name in WHOLE_CALL_NAMES:
+        assert _replayed(WHOLE_CALL_NAMES[name]) > 0, replay.report()
     # each Function call runs the launch replay its body recorded, bound at recording: the body's signature is
     # not keyed again per call
     for entry in grad_replays:
@@ -246,8 +255,14 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
             return body(x, y)
         return replayed_op(fn)
 
+    def view_without_grad(x, y):
+        with torch.no_grad():
+            v = x.view(x.shape)
+        return _softmax_op(v)
+
     refused = {
-        "view": public(lambda x, y: _softmax_op(x.view(x.shape))),
+        "view without grad": public(view_without_grad),
+        "view of a held tensor": public(lambda x, y: (_softmax_op(x), _softmax_op(held.view(64, 4)))),
         "cast after": public(lambda x, y: _softmax_op(x).float()),
         "host read": public(lambda x, y: _softmax_op(x if bool((x < 100).all()) else -x)),
         "no TorchOp": public(lambda x, y: x.softmax(-1)),
@@ -276,6 +291,20 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
         first, second = mixed(x)
         assert first.grad_fn is None and second.grad_fn is not None
     assert any(callable(v) for v in mixed.replay._memo.values())
+
+    # views of arguments and of TorchOp outputs are made again by the replay, at the top of the dispatcher:
+    # autograd records them as the ordinary call does, and the gradient flows back through them
+    viewed = public(lambda x, y: _softmax_op(x.transpose(0, 1)).transpose(0, 1)[:, :32])
+    runs.clear()
+    for _ in range(4):
+        out = viewed(x)
+        assert type(out.grad_fn).__name__ == "SliceBackward0" and out.shape == (4, 32)
+        x.grad = None
+        out.sum().backward()
+        assert x.grad is not None and x.grad.shape == x.shape
+    assert len(runs) == 2
+    (entry,) = [v for v in viewed.replay._memo.values() if callable(v)]
+    assert entry.source.count("o") >= 4, entry.source  # two transposes, the TorchOp and the slice
 
     chained = public(lambda x, y: _softmax_op(_softmax_op(x)))
     runs.clear()

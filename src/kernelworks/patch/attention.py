@@ -12,12 +12,14 @@ no mask to hand it builds the dense mask from the same facts, so a fallback is n
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import sys
 import warnings
 import weakref
 
 import torch
+from transformers import masking_utils
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
@@ -287,7 +289,40 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     return out.view(batch, seq_q, heads, dim), None
 
 
+_unpacked_known = contextvars.ContextVar("kernelworks_unpacked_known", default=False)
+"""Set while a patched ``ForCausalLM.forward`` runs its base model with packing already decided False."""
+
+
+def call_unpacked(fn, /, **kwargs):
+    """``fn(**kwargs)`` (the base model's forward) knowing that its ``position_ids`` pack no sequences
+    (:func:`packed_positions` said so): HF's own packing check is skipped. That check,
+    ``find_packed_sequence_indices``, runs whenever a training forward has ``position_ids`` and no cache (HF's
+    base model numbers the tokens itself when the caller gives none) and ends in ``.all()`` on the device: a
+    host sync in every training step, which our attention, finding packing itself, never needed. Not under
+    ``torch.compile``, where HF's check skips the sync while tracing."""
+    if torch.compiler.is_compiling():
+        return fn(**kwargs)
+    token = _unpacked_known.set(True)
+    try:
+        return fn(**kwargs)
+    finally:
+        _unpacked_known.reset(token)
+
+
+def _find_packed_sequence_indices(position_ids: torch.Tensor) -> torch.Tensor | None:
+    """HF's ``find_packed_sequence_indices``, skipped (None: nothing packed) inside :func:`call_unpacked`."""
+    if not torch.compiler.is_compiling() and _unpacked_known.get():  # dynamo reads no ContextVar
+        return None
+    return _find_packed_sequence_indices.hf(position_ids)
+
+
 def register() -> None:
-    """Register ``"kernelworks"`` with transformers' attention and mask interfaces (idempotent)."""
+    """Register ``"kernelworks"`` with transformers' attention and mask interfaces (idempotent), and put
+    :func:`_find_packed_sequence_indices` in front of HF's packing check (it calls HF's own unless a patched
+    forward already decided the batch is not packed)."""
     AttentionInterface.register(NAME, attention)
     AttentionMaskInterface.register(NAME, mask)
+    current = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if current is not None and current is not _find_packed_sequence_indices:
+        _find_packed_sequence_indices.hf = current
+        masking_utils.find_packed_sequence_indices = _find_packed_sequence_indices

@@ -38,7 +38,7 @@ def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     y = kernelworks.rms_norm(hidden_states, self.weight, norm_eps(self), offset=self._kw_offset)
     if self._kw_offset == 0.0:
         # Llama's norm returns weight · x̂, so an fp32 weight promotes a 16-bit input; Gemma's casts back to x's
-        return y.to(torch.promote_types(self.weight.dtype, hidden_states.dtype))
+        return y if self.weight.dtype == y.dtype else y.to(torch.promote_types(self.weight.dtype, y.dtype))
     return y
 
 
@@ -310,6 +310,10 @@ def moe_causal_lm_forward(self, input_ids: torch.LongTensor | None = None,
                       use_cache, output_router_logits, logits_to_keep, **kwargs)
 
 
+def _call(fn, /, **kwargs):
+    return fn(**kwargs)
+
+
 def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor | None,
                position_ids: torch.LongTensor | None, past_key_values, inputs_embeds: torch.Tensor | None,
                labels: torch.LongTensor | None, use_cache: bool | None, output_router_logits: bool | None,
@@ -327,6 +331,7 @@ def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.T
         # a training step with labels fills no KV cache unless asked to (HF's default, config.use_cache, builds
         # one each step: a cache update per layer, and for Qwen3-Next the recurrent states written out)
         use_cache = False
+    packed = None
     if self.config._attn_implementation == attention.NAME:  # packing decided once, not in every layer
         packed = attention.packed_positions(position_ids, kwargs.get(CACHE_NAME), kwargs)
         if packed is not None:
@@ -341,8 +346,9 @@ def _causal_lm(self, input_ids: torch.LongTensor | None, attention_mask: torch.T
         if output_router_logits is None:
             output_router_logits = self.config.output_router_logits
         kwargs["output_router_logits"] = output_router_logits
-    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    base = attention.call_unpacked if packed is False and attention_mask is None else _call
+    outputs = base(self.model, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
     kwargs.pop("output_router_logits", None)
     hidden = _keep(outputs.last_hidden_state, logits_to_keep)
     softcap = getattr(self.config, "final_logit_softcapping", None)

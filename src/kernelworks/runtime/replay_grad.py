@@ -18,10 +18,13 @@ body where no input requires grad), called directly; the Function builds the cal
 (``c2``, the Function's last argument) is the launch replay the body recorded for that signature, bound at
 recording, so the body's own signature is not keyed again on every call (~2.5 µs of a 12 µs call on a
 development CPU). A call is recorded only if everything the public op did is visible that
-way: every torch op it dispatched ran inside a TorchOp call (a ``TorchDispatchMode`` sees the others: a view, a
-cast, a host read such as a validation-mode check), every tensor a TorchOp received is an argument of the call
-or an output of an earlier TorchOp, every other argument is a plain scalar, and what the public op returns is
-made of those. Anything else keeps the ordinary path for the signature, as an unrecordable body does.
+way: every torch op it dispatched outside its TorchOp calls (a ``TorchDispatchMode`` sees them) is a view — a
+reshape, transpose or slice of an argument or of an earlier output, which the replay makes again at the top
+of the dispatcher so that autograd records it as before (``flash_attention``'s ``layout="bhsd"``,
+``gated_mlp``'s rows) — and nothing else (a cast, a host read such as a validation-mode check); every tensor a
+TorchOp received is an argument of the call or an output of an earlier TorchOp or view, every other argument
+is a plain scalar, and what the public op returns is made of those. Anything else keeps the ordinary path for
+the signature, as an unrecordable body does.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class _CallRecorder(TorchDispatchMode):
         self.thread = threading.get_ident()
         self.inside = False  # within a TorchOp call: its dispatches are its own
         self.failed: str | None = None
+        self.grad_mode = torch.is_grad_enabled()  # a view made under another grad mode would replay differently
         self.calls: list[tuple[torch_op.TorchOp, list]] = []
         self.refs: dict[int, tuple] = {}  # id(object) -> ("in", i) | ("kw", name) | ("out", k, index or None)
         self.keep: list[object] = []  # what refs names stays alive while recording: an id is never reused
@@ -64,9 +68,30 @@ class _CallRecorder(TorchDispatchMode):
         self.keep.append(obj)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
         if not self.inside and not self.failed:
-            self.failed = f"the op calls {func} outside its TorchOps"
-        return func(*args, **(kwargs or {}))
+            if func.is_view and not kwargs and torch.is_grad_enabled() == self.grad_mode:
+                self._view_call(func, args, out)
+            else:
+                self.failed = f"the op calls {func} outside its TorchOps"
+        return out
+
+    def _view_call(self, func: torch._ops.OpOverload, args: tuple, out: object) -> None:
+        """A view (reshape, transpose, slice, …) the public op made of an argument or of a TorchOp's output: the
+        replay makes it again at the top of the dispatcher, so autograd records its view node as here. The
+        dispatch mode sees the very tensor objects the public op holds (a plain tensor keeps its Python object
+        through the dispatcher), so its output is named for what the op passes on."""
+        try:
+            templates = [self._template(a) for a in args]
+        except NotRecordableError as e:
+            self.failed = str(e)
+            return
+        k = len(self.calls)
+        self.calls.append((func, templates))
+        self._name(out, ("out", k, None))
+        if type(out) in (tuple, list):
+            for i, t in enumerate(out):
+                self._name(t, ("out", k, i))
 
     def op_call(self, op: torch_op.TorchOp, args: tuple) -> Any:
         """Called by ``TorchOp.__call__`` on the recording thread, outside any other TorchOp call."""
