@@ -789,6 +789,64 @@ def test_training_forward_skips_hfs_packing_sync(monkeypatch):
     assert len(calls) == 2  # HF's own model, patched or not, goes through the same check
 
 
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
+    """A training forward of a Llama-shaped model runs each decoder layer as one ``_dense_layer`` call (one
+    host-time replay for the whole layer on a GPU): the same ops as the modules, so the loss and every gradient
+    equal those of the module-by-module path exactly, and HF's within the tolerance. A hook, a wrapped
+    projection, a padding mask or a KV cache send the layer back to its modules."""
+    from kernelworks.patch import layers
+
+    model, reference = _pair(family)
+    if family == "qwen2":  # Qwen2's q/k/v projections have biases: give them values
+        with torch.no_grad():
+            for m in (model, reference):
+                m.model.layers[0].self_attn.q_proj.bias.fill_(0.1)
+    model.train(), reference.train()
+    kernelworks.patch(model)
+    calls = []
+    one_call = layers._dense_layer
+    monkeypatch.setattr(layers, "_dense_layer", lambda *a: calls.append(1) or one_call(*a))
+    ids = _ids(2, 9)
+
+    def step(m) -> tuple[torch.Tensor, dict]:
+        m.zero_grad(set_to_none=True)
+        loss = m(ids, labels=ids).loss
+        loss.backward()
+        return loss, _grads(m)
+
+    loss, grads = step(model)
+    assert len(calls) == len(model.model.layers)
+    monkeypatch.setattr(layers, "_dense_layer_args", lambda *a: None)
+    by_modules = step(model)
+    assert len(calls) == len(model.model.layers)
+    torch.testing.assert_close(loss, by_modules[0], rtol=0, atol=0)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, by_modules[1][name], rtol=0, atol=0, msg=name)
+    ref_loss, ref_grads = step(reference)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], **TOL, msg=name)
+    monkeypatch.undo()
+
+    calls.clear()
+    monkeypatch.setattr(layers, "_dense_layer", lambda *a: calls.append(1) or one_call(*a))
+    handle = model.model.layers[1].self_attn.k_proj.register_forward_hook(lambda mod, args, out: out * 2)
+    hooked = model(ids, labels=ids).loss
+    assert len(calls) == len(model.model.layers) - 1
+    handle.remove()
+    reference.model.layers[1].self_attn.k_proj.register_forward_hook(lambda mod, args, out: out * 2)
+    torch.testing.assert_close(hooked, reference(ids, labels=ids).loss, **TOL)
+    calls.clear()
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    model(ids, attention_mask=mask, labels=ids)
+    model.eval()
+    with torch.no_grad():
+        model.generate(ids[:1, :4], max_new_tokens=2, do_sample=False)
+    assert calls == []
+
+
 # ------------------------------------------------------------------------------------------- errors
 
 

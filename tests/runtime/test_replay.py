@@ -60,9 +60,11 @@ def _flat(out: object) -> list[torch.Tensor]:
     return []
 
 
-def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> list:
+def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor], reuse: bool = True) -> list:
     """The launches with each pointer named: ``("in", i, offset)`` inside input ``i``, else ``("new", k)`` by
-    first appearance (allocations of the call); the outputs' pointers and layouts last."""
+    first appearance (allocations of the call); the outputs' pointers and layouts last. ``reuse=False``: every
+    fresh pointer is ``("new",)``, for calls whose torch ops free temporaries at other points replayed (a
+    replay drops each one after its last use), so the allocator hands later buffers other addresses."""
     spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), t.data_ptr()) for t in inputs]
     fresh: dict[int, int] = {}
 
@@ -70,7 +72,7 @@ def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor
         for i, (start, size, ptr) in enumerate(spans):
             if start <= p < start + max(size, 1):
                 return ("in", i, p - ptr)
-        return ("new", fresh.setdefault(p, len(fresh)))
+        return ("new", fresh.setdefault(p, len(fresh))) if reuse else ("new",)
 
     out = []
     for grid, args in log:
@@ -81,17 +83,17 @@ def _canonical(log: list, inputs: list[torch.Tensor], outputs: list[torch.Tensor
     return out
 
 
-def _compare(call, inputs: list[torch.Tensor], log: list, times: int = 3) -> str:
+def _compare(call, inputs: list[torch.Tensor], log: list, times: int = 3, reuse: bool = True) -> str:
     """Call ``call()`` ``times`` times with replay on, then once off, on the same inputs: the last replayed
-    call's canonical log must equal the ordinary one. Returns that canonical log."""
+    call's canonical log (``_canonical``) must equal the ordinary one. Returns that canonical log."""
     for _ in range(times):
         log.clear()
         out_on = call()
-    on = _canonical(log, inputs, _flat(out_on))
+    on = _canonical(log, inputs, _flat(out_on), reuse)
     replay.set_enabled(False)
     log.clear()
     out_off = call()
-    off = _canonical(log, inputs, _flat(out_off))
+    off = _canonical(log, inputs, _flat(out_off), reuse)
     replay.set_enabled(True)
     assert on == off
     assert len(off) > 1  # something launched
@@ -152,7 +154,8 @@ def test_autograd_replay_launches_what_the_ordinary_path_launches(launches, name
         torch.autograd.backward(out, [torch.ones_like(o) for o in out])
         return out, [t.grad for t in inputs]
 
-    _compare(step, inputs, launches)
+    # a replay drops the public op's views after their last use: fresh buffers may land elsewhere
+    _compare(step, inputs, launches, reuse=name not in WHOLE_CALL_NAMES)
     grad_replays = [v for rep in replay._REGISTRY if rep.whole_call for v in rep._memo.values()
                     if callable(v) and "autograd" in v.__code__.co_filename]
     assert grad_replays
@@ -318,6 +321,96 @@ def test_autograd_whole_calls_see_everything_they_skip(launches, monkeypatch):
     monkeypatch.setattr(indices, "_validate", True)
     chained(x)
     assert len(runs) == 4
+
+
+def test_autograd_replay_of_torch_ops_and_nested_public_ops(launches):
+    """A public op may call torch ops of its own (a product, an add) and other public ops: its autograd call is
+    recorded with the inner public ops' TorchOp calls (they take their ordinary path while it is recorded), and
+    replays all of it, each op building its graph node as the ordinary call does."""
+    from kernelworks.runtime.replay import replayed_op
+
+    runs = []
+
+    def outer(x, w):
+        runs.append(1)
+        return kw.softmax(x @ w) + x
+
+    op = replayed_op(outer)
+    x, w, dy = _t(8, 256, grad=True), _t(256, 256, grad=True), _t(8, 256)
+
+    def step():
+        x.grad = w.grad = None
+        y = op(x, w)
+        assert type(y.grad_fn).__name__ == "AddBackward0"
+        assert {type(f).__name__ for f, _ in y.grad_fn.next_functions} == {"SoftmaxFunctionBackward",
+                                                                           "AccumulateGrad"}
+        y.backward(dy)
+        assert x.grad is not None and w.grad is not None
+        # the launches only: where the CPU allocator puts the outputs of torch's own ops (the product, the add,
+        # the gradients) depends on when each temporary dies, which is the allocator's affair
+
+    _compare(step, [x, w, dy], launches, reuse=False)
+    assert len(runs) == 3  # the first call, the recording, the ordinary call of _compare: two replayed
+    (entry,) = [v for v in op.replay._memo.values() if callable(v)]
+    assert "functorch_active" in entry.source and entry.source.count(" = ") == 3, entry.source
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_a_patched_decoder_layer_replays_as_one_call(launches, family):
+    """A patched model's training step: each decoder layer is one recorded call (``patch.layers._dense_layer``),
+    and the replayed step launches what the ordinary one launches, forward and backward."""
+    tf = pytest.importorskip("transformers")
+    config_cls = tf.LlamaConfig if family == "llama" else tf.Qwen3Config
+    config = config_cls(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, head_dim=16)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).train()
+    kw.patch(model)
+    ids = torch.randint(0, 128, (1, 16))
+    params = list(model.parameters())
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        return [loss, *(p.grad for p in params)]
+
+    _compare(step, [*params, ids], launches, reuse=False)
+    assert _replayed("layers._dense_layer") == 1, replay.report()
+
+
+def test_replays_call_each_torch_op_as_recorded():
+    """The torch function or Tensor method a replay calls in place of an OpOverload dispatches exactly that
+    overload (checked by a dispatch mode on each)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kernelworks.runtime.replay import _SAME_AS_TORCH, callable_for
+
+    a, b, c, out = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4), torch.empty(4, 4)
+    calls = {
+        "aten.mm.default": lambda f: f(a, b), "aten.mm.out": lambda f: f(a, b, out=out),
+        "aten.addmm.default": lambda f: f(c, a, b), "aten.addmm_.default": lambda f: f(out, a, b),
+        "aten.add.Tensor": lambda f: f(a, b), "aten.add_.Tensor": lambda f: f(out, b),
+        "aten.mul.Tensor": lambda f: f(a, b), "aten.t.default": lambda f: f(a),
+        "aten.transpose.int": lambda f: f(a, 0, 1), "aten.view.default": lambda f: f(a, [16]),
+        "aten.unsqueeze.default": lambda f: f(a, 0), "aten.permute.default": lambda f: f(a, [1, 0]),
+        "aten.clone.default": lambda f: f(a), "aten.copy_.default": lambda f: f(out, a),
+        "aten.zero_.default": lambda f: f(out), "aten.sum.dim_IntList": lambda f: f(a, [0]),
+    }
+    assert set(calls) == set(_SAME_AS_TORCH)
+    seen = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    for name, call in calls.items():
+        seen.clear()
+        with Seen():
+            call(_SAME_AS_TORCH[name])
+        assert seen == [name]
+    assert callable_for(torch.ops.aten.slice.Tensor) is torch.ops.aten.slice.Tensor._op
 
 
 def test_autocast_is_part_of_a_public_op_signature(launches):
@@ -623,6 +716,35 @@ def test_replayed_results_equal_the_ordinary_ones(name, train):
             assert a.shape == b.shape and a.stride() == b.stride()
             assert torch.equal(a, b)
     assert any(v["replayed"] for v in replay.report().values())
+
+
+@pytest.mark.gpu
+def test_a_patched_models_replayed_steps_equal_the_ordinary_ones():
+    """On the GPU: training steps of a patched Llama-shaped model (each decoder layer one replayed call) give
+    bit-identical losses and gradients with replay on and off."""
+    tf = pytest.importorskip("transformers")
+    config = tf.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=512, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).to("cuda", torch.bfloat16).train()
+    kw.patch(model)
+    ids = torch.randint(0, 512, (2, 128), device="cuda")
+
+    def step() -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        return [loss, *(p.grad for p in model.parameters())]
+
+    replayed = [step() for _ in range(4)][-1]
+    assert _replayed("layers._dense_layer") > 0
+    previous = replay.set_enabled(False)
+    try:
+        ordinary = step()
+    finally:
+        replay.set_enabled(previous)
+    for a, b in zip(replayed, ordinary, strict=True):
+        assert torch.equal(a, b)
 
 
 _FUZZ_OPS = {

@@ -20,7 +20,10 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
 
 import kernelworks
+from kernelworks.ops.attention.forward import MAX_HEAD_DIM
 from kernelworks.patch import attention
+from kernelworks.runtime.device import runs_kernels
+from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.validate import FLOAT_DTYPES
 
 
@@ -150,6 +153,9 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
     ``post_attention_layernorm`` in one :func:`kernelworks.rms_norm` pass; ``[batch, seq, hidden]`` in and out.
     Qwen3-Next's linear-attention layers run their Gated DeltaNet where the others run attention (its norms
     take ``1 + weight``: ``_kw_offset``)."""
+    args = _dense_layer_args(self, hidden_states, attention_mask, past_key_values, position_embeddings, kwargs)
+    if args is not None:
+        return _dense_layer(*args)
     residual = hidden_states
     hidden_states = self.input_layernorm(hidden_states)
     kwargs = _with_cache(past_key_values, kwargs)
@@ -166,6 +172,98 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
     if isinstance(hidden_states, tuple):  # MoE blocks of some versions return (hidden, router logits)
         hidden_states = hidden_states[0]
     return residual + hidden_states
+
+
+_DENSE_LAYER_KWARGS = frozenset({CACHE_NAME, "past_key_values", "position_ids", attention.PACKED_KWARG})
+"""The keywords a decoder layer may get on the one-call path (the cache among them only as None)."""
+
+
+def _ours(m: torch.nn.Module, piece: str) -> bool:
+    """``m`` is one of our swapped classes for ``piece`` (not a user's class, not HF's own) and unhooked."""
+    return getattr(type(m), "_kernelworks", "").startswith(piece) and _unhooked(m)
+
+
+def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, position_embeddings,
+                      kwargs: dict) -> tuple | None:
+    """The arguments of :func:`_dense_layer` for this call of a Llama/Mistral/Qwen2/Qwen3 decoder layer, or
+    None when the modules must run one by one: a cache, a mask or packed rows, a piece left on torch or of a
+    user's class, a hook or a wrapped projection (LoRA), autocast, torch.compile (which traces the modules),
+    attention weights asked for, dropout, soft-capping, mixed dtypes."""
+    if (attention_mask is not None or past_key_values is not None or position_embeddings is None
+            or kwargs.get(attention.PACKED_KWARG) is not False or kwargs.get(CACHE_NAME) is not None
+            or not _DENSE_LAYER_KWARGS.issuperset(kwargs) or torch.compiler.is_compiling()
+            or torch.is_autocast_enabled(x.device.type) or x.dim() != 3):
+        return None
+    attn, mlp = getattr(self, "self_attn", None), self.mlp
+    norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+    if not (attn is not None and _ours(self, "layer:") and _ours(attn, "attention:False") and _ours(mlp, "mlp:")
+            and _ours(norm1, "rms_norm") and _ours(norm2, "rms_norm")):
+        return None
+    q_proj, k_proj, v_proj, o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+    gate_proj, up_proj, down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+    if not (_plain_linear(q_proj, bias=True) and _plain_linear(k_proj, bias=True) and _plain_linear(v_proj, bias=True)
+            and _plain_linear(o_proj, bias=True) and _plain_linear(gate_proj) and _plain_linear(up_proj)
+            and _plain_linear(down_proj)):
+        return None
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if (q_norm is None) != (k_norm is None) or (q_norm is not None and not (_ours(q_norm, "rms_norm")
+                                                                            and _ours(k_norm, "rms_norm"))):
+        return None
+    weights = [norm1.weight, q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight, norm2.weight,
+               gate_proj.weight, up_proj.weight, down_proj.weight]
+    if q_norm is not None:
+        weights += [q_norm.weight, k_norm.weight]
+    if any(w.dtype != x.dtype for w in weights):
+        return None
+    if attn.config._attn_implementation != attention.NAME or attention._weights_recorded():
+        return None
+    dropout = attn.attention_dropout if attn.training else 0.0
+    causal = getattr(attn, "is_causal", True)
+    extra = attn._kw_attn_kwargs(attn)
+    if (dropout > 0.0 or attn.head_dim > MAX_HEAD_DIM or x.dtype not in FLOAT_DTYPES or not runs_kernels(x)
+            or extra.get("softcap") is not None or not isinstance(causal, bool)):
+        return None
+    glu, approximate = mlp._kw_glu
+    cos, sin = position_embeddings
+    q_norm_args = (None, None, 0.0, 0.0) if q_norm is None else \
+        (q_norm.weight, k_norm.weight, norm_eps(q_norm), q_norm._kw_offset)
+    return (x, cos, sin, norm1.weight, q_proj.weight, q_proj.bias, k_proj.weight, k_proj.bias, v_proj.weight,
+            v_proj.bias, o_proj.weight, o_proj.bias, *q_norm_args, norm2.weight, gate_proj.weight, up_proj.weight,
+            down_proj.weight, norm_eps(norm1), norm1._kw_offset, norm_eps(norm2), self._kw_offset, attn.head_dim,
+            causal, attn.scaling, attention._window(extra.get("sliding_window"), causal), glu,
+            approximate or "tanh")
+
+
+@replayed_op
+def _dense_layer(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, norm1_weight: torch.Tensor,
+                 q_weight: torch.Tensor, q_bias: torch.Tensor | None, k_weight: torch.Tensor,
+                 k_bias: torch.Tensor | None, v_weight: torch.Tensor, v_bias: torch.Tensor | None,
+                 o_weight: torch.Tensor, o_bias: torch.Tensor | None, q_norm_weight: torch.Tensor | None,
+                 k_norm_weight: torch.Tensor | None, qk_eps: float, qk_offset: float, norm2_weight: torch.Tensor,
+                 gate_weight: torch.Tensor, up_weight: torch.Tensor, down_weight: torch.Tensor, eps1: float,
+                 offset1: float, eps2: float, offset2: float, head_dim: int, causal: bool, scaling: float,
+                 window: tuple[int, int] | None, glu: str, approximate: str) -> torch.Tensor:
+    """A Llama-shaped decoder layer ``[batch, seq, hidden] → [batch, seq, hidden]`` as one call: the same ops,
+    in the same order, as the patched modules make (:func:`llama_layer_forward`, :func:`attention_forward`,
+    :func:`gated_mlp_forward`; cuBLAS projections through ``F.linear``). Its point is host time: as a public op
+    (``replayed_op``), from its second call of a shape on it replays those ops straight through, with no module
+    calls, no per-op validation and one signature key for the whole layer (``runtime.replay_grad``); each op
+    still builds its own autograd node."""
+    batch, seq = x.shape[0], x.shape[1]
+    h = kernelworks.rms_norm(x, norm1_weight, eps1, offset=offset1)
+    q = functional.linear(h, q_weight, q_bias).view(batch, seq, -1, head_dim)
+    k = functional.linear(h, k_weight, k_bias).view(batch, seq, -1, head_dim)
+    v = functional.linear(h, v_weight, v_bias).view(batch, seq, -1, head_dim)
+    if q_norm_weight is not None:  # Qwen3's per-head norms
+        q = kernelworks.rms_norm(q, q_norm_weight, qk_eps, offset=qk_offset)
+        k = kernelworks.rms_norm(k, k_norm_weight, qk_eps, offset=qk_offset)
+    q, k = kernelworks.rotary_embedding(q.transpose(1, 2), k.transpose(1, 2), cos, sin, layout="neox", heads_dim=1)
+    o = kernelworks.flash_attention(q, k, v.transpose(1, 2), layout="bhsd", causal=causal, softmax_scale=scaling,
+                                    window=window)
+    o = functional.linear(o.transpose(1, 2).reshape(batch, seq, -1), o_weight, o_bias)
+    h, residual = kernelworks.rms_norm(o, norm2_weight, eps2, residual=x, offset=offset2)
+    return residual + kernelworks.gated_mlp(h, gate_weight, up_weight, down_weight, activation=glu,
+                                            approximate=approximate)
 
 
 def gemma_layer_forward(self, hidden_states: torch.Tensor,

@@ -152,6 +152,10 @@ class Replayable:
             # a tangent is no part of the signature, and a transform's tensors have no storage: the ordinary path
             return self.fn(*args, **kwargs)
         if self.whole_call:  # a public op also reads the autocast state (through the torch ops it calls)
+            if torch_op._observer is not None and torch_op._observer.thread == threading.get_ident():
+                # called by a public op whose autograd call is being recorded: the recorder must see this op's
+                # TorchOp calls, which its own replay would make unseen
+                return self.fn(*args, **kwargs)
             grad = torch.is_grad_enabled()
             key = _signature(args, kwargs, grad, _any_autocast() and torch.is_autocast_enabled("cuda"))
         else:
@@ -244,6 +248,23 @@ def replayed_op(fn: _F) -> _F:
 # The recording in progress is ``launch._observer`` (one at a time; nested replayable bodies run plainly while
 # it lasts, so their launches are recorded as the outer body's).
 _record_lock = threading.Lock()
+
+
+_SAME_AS_TORCH = {
+    "aten.mm.default": torch.mm, "aten.mm.out": torch.mm, "aten.addmm.default": torch.addmm,
+    "aten.addmm_.default": torch.Tensor.addmm_, "aten.add.Tensor": torch.add, "aten.add_.Tensor": torch.Tensor.add_,
+    "aten.mul.Tensor": torch.mul, "aten.t.default": torch.t, "aten.transpose.int": torch.transpose,
+    "aten.view.default": torch.Tensor.view, "aten.unsqueeze.default": torch.unsqueeze,
+    "aten.permute.default": torch.permute, "aten.clone.default": torch.clone, "aten.copy_.default": torch.Tensor.copy_,
+    "aten.zero_.default": torch.Tensor.zero_, "aten.sum.dim_IntList": torch.sum,
+}
+"""Overloads whose torch function or Tensor method, given the same positional and keyword arguments, calls
+exactly that overload: a replay calls them that way, ~0.5–1 µs a call cheaper than through the OpOverload."""
+
+
+def callable_for(func: torch._ops.OpOverload) -> Callable[..., Any]:
+    """What a generated replay calls to make ``func`` again, from the top of the dispatcher."""
+    return _SAME_AS_TORCH.get(str(func)) or getattr(func, "_op", func)
 
 
 class NotRecordableError(Exception):
@@ -570,7 +591,7 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
             _, k, func, args, kwargs, _ = action
             call_args = ", ".join([*(emit(a) for a in args[1]),
                                    *(f"{name}={emit(v)}" for name, v in kwargs[1].items())])
-            body.append(f"    o{k} = {const(func)}({call_args})")
+            body.append(f"    o{k} = {const(callable_for(func))}({call_args})")
         else:
             _, direct, grid, refs, tail = action
             items = []

@@ -18,26 +18,37 @@ body where no input requires grad), called directly; the Function builds the cal
 (``c2``, the Function's last argument) is the launch replay the body recorded for that signature, bound at
 recording, so the body's own signature is not keyed again on every call (~2.5 µs of a 12 µs call on a
 development CPU). A call is recorded only if everything the public op did is visible that
-way: every torch op it dispatched outside its TorchOp calls (a ``TorchDispatchMode`` sees them) is a view — a
-reshape, transpose or slice of an argument or of an earlier output, which the replay makes again at the top
-of the dispatcher so that autograd records it as before (``flash_attention``'s ``layout="bhsd"``,
-``gated_mlp``'s rows) — and nothing else (a cast, a host read such as a validation-mode check); every tensor a
-TorchOp received is an argument of the call or an output of an earlier TorchOp or view, every other argument
-is a plain scalar, and what the public op returns is made of those. Anything else keeps the ordinary path for
-the signature, as an unrecordable body does.
+way: every torch op it dispatched outside its TorchOp calls (a ``TorchDispatchMode`` sees them) — a view
+(``flash_attention``'s ``layout="bhsd"``, ``gated_mlp``'s rows), a cuBLAS product or an add of a patched
+decoder layer — is one the replay can call again at the top of the dispatcher, so that autograd records it as
+before: positional arguments only, the grad mode of the call, no host read (a validation-mode check) and no
+output shaped by values; every tensor an op received is an argument of the call or an output of an earlier
+op, every other argument is a plain scalar, and what the public op returns is made of those. Anything else
+keeps the ordinary path for the signature, as an unrecordable body does. A public op called by the one being
+recorded runs its ordinary path meanwhile (``Replayable``), so that its TorchOp calls are seen.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelworks.runtime import indices, torch_op
-from kernelworks.runtime.replay import _PLAIN, _SCALARS, NotRecordableError, Source, _capturing, _signature
+from kernelworks.runtime.replay import (
+    _HOST_READS,
+    _PLAIN,
+    _SCALARS,
+    _SHAPE_FROM_VALUES,
+    NotRecordableError,
+    Source,
+    _capturing,
+    _signature,
+    callable_for,
+)
 
 _functorch_active = torch._C._are_functorch_transforms_active
 _lock = threading.Lock()
@@ -53,7 +64,8 @@ class _CallRecorder(TorchDispatchMode):
         self.inside = False  # within a TorchOp call: its dispatches are its own
         self.failed: str | None = None
         self.grad_mode = torch.is_grad_enabled()  # a view made under another grad mode would replay differently
-        self.calls: list[tuple[torch_op.TorchOp, list]] = []
+        self.calls: list[tuple[Callable[..., Any], list]] = []
+        self.op_calls = 0  # of them, TorchOp calls
         self.refs: dict[int, tuple] = {}  # id(object) -> ("in", i) | ("kw", name) | ("out", k, index or None)
         self.keep: list[object] = []  # what refs names stays alive while recording: an id is never reused
         for root, a in [*((("in", i), a) for i, a in enumerate(args)),
@@ -70,24 +82,31 @@ class _CallRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not self.inside and not self.failed:
-            if func.is_view and not kwargs and torch.is_grad_enabled() == self.grad_mode:
-                self._view_call(func, args, out)
+            if kwargs or torch.is_grad_enabled() != self.grad_mode:
+                self.failed = f"the op calls {func} with keyword arguments or under another grad mode"
+            elif func.overloadpacket.__name__ in _HOST_READS or any(tag in func.tags for tag in _SHAPE_FROM_VALUES):
+                self.failed = f"the op calls {func}, a host read or an output shaped by values"
             else:
-                self.failed = f"the op calls {func} outside its TorchOps"
+                self._torch_call(func, args, out)
         return out
 
-    def _view_call(self, func: torch._ops.OpOverload, args: tuple, out: object) -> None:
-        """A view (reshape, transpose, slice, …) the public op made of an argument or of a TorchOp's output: the
-        replay makes it again at the top of the dispatcher, so autograd records its view node as here. The
-        dispatch mode sees the very tensor objects the public op holds (a plain tensor keeps its Python object
-        through the dispatcher), so its output is named for what the op passes on."""
+    def _torch_call(self, func: torch._ops.OpOverload, args: tuple, out: object) -> None:
+        """A torch op the public op made outside its TorchOps — a view, a product, an add — on arguments or on
+        earlier outputs. The dispatch mode runs below autograd and sees each op that went through it, on the
+        very tensor objects the public op holds (a plain tensor keeps its Python object through the
+        dispatcher); the replay calls the op again at the top of the dispatcher, so autograd records the same
+        node as here, and its output is named for what the public op passes on."""
         try:
             templates = [self._template(a) for a in args]
         except NotRecordableError as e:
             self.failed = str(e)
             return
+        if not isinstance(out, torch.Tensor) and not (type(out) in (tuple, list)
+                                                      and all(isinstance(t, torch.Tensor) for t in out)):
+            self.failed = f"the op calls {func}, which returns no tensor"
+            return
         k = len(self.calls)
-        self.calls.append((func, templates))
+        self.calls.append((callable_for(func), templates))
         self._name(out, ("out", k, None))
         if type(out) in (tuple, list):
             for i, t in enumerate(out):
@@ -114,6 +133,7 @@ class _CallRecorder(TorchDispatchMode):
         finally:
             self.inside = False
         k = len(self.calls)
+        self.op_calls += 1
         body = _body_replay(op, args)
         if needs_grad:
             self.calls.append((op._apply_c, [*templates, ("value", body)]))
@@ -172,7 +192,7 @@ def record(fn: Callable[..., Any], args: tuple,
                 out = fn(*args, **kwargs)
         finally:
             torch_op._observer = None
-        if not recorder.failed and not recorder.calls:
+        if not recorder.failed and not recorder.op_calls:
             recorder.failed = "no TorchOp called"
         try:
             if recorder.failed:
@@ -209,9 +229,29 @@ def _generate(fn: Callable[..., Any], calls: list, template: tuple, n_args: int)
         inner = ", ".join(emit(i) for i in t[1])
         return f"({inner},)" if t[0] is tuple else f"[{inner}]"
 
+    def outputs_in(t: tuple) -> Iterator[int]:
+        """The calls whose outputs a template refers to."""
+        if t[0] == "ref":
+            if t[1][0] == "out":
+                yield t[1][1]
+        elif t[0] != "value":
+            for item in t[1]:
+                yield from outputs_in(item)
+
+    # Each output is dropped after its last use, as the public op drops its temporaries: a replay holding them
+    # to the end would keep memory the ordinary call frees (a layer's pre-projection activations, say).
+    returned = set(outputs_in(template))
+    last_use = {k: k for k in range(len(calls))}
+    for i, (_, templates) in enumerate(calls):
+        for t in templates:
+            for k in outputs_in(t):
+                last_use[k] = i
     params = ", ".join([*(f"a{i}" for i in range(n_args)), "**kw"])
     body = ["    if functorch_active():", f"        return fn({params})"]
-    body += [f"    o{k} = {const(target)}({', '.join(emit(a) for a in templates)})"
-             for k, (target, templates) in enumerate(calls)]
+    for i, (target, templates) in enumerate(calls):
+        body.append(f"    o{i} = {const(target)}({', '.join(emit(a) for a in templates)})")
+        dead = sorted(k for k, last in last_use.items() if last == i and k not in returned)
+        if dead:
+            body.append(f"    del {', '.join(f'o{k}' for k in dead)}")
     body.append(f"    return {emit(template)}")
     return src.build(n_args, body, "<kernelworks autograd replay>")
