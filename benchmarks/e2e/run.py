@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -91,46 +92,55 @@ def _weights(model: str, folder: Path) -> Path:
     return path
 
 
-def run(jobs: list[str], out_dir: Path, deadline_s: float, variants: set[str] | None = None) -> Path:
+def run(jobs: list[str], out_dir: Path, deadline_s: float, variants: set[str] | None = None,
+        rounds: int = 1) -> Path:
     """Run each job's variants (only ``variants`` when given), each in its own process, merging the rows into
-    ``out_dir/e2e.json`` (a variant's new row replaces its old one)."""
+    ``out_dir/e2e.json`` (a variant's new row replaces its old one). ``rounds > 1``: the variants run that many
+    times, interleaved (every variant once, then again), and a training row's ``step_ms`` is the median of its
+    rounds' medians (all kept in ``rounds_step_ms``): a host-bound step moves by tens of percent from one process
+    to the next on a lent machine, and interleaving spreads the host's drift over every variant."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "e2e.json"
     doc = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
     doc["environment"] = _environment()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     start = time.time()
-    for job in jobs:
-        for item in JOBS[job]:
-            if variants and item["variant"] not in variants:
-                continue
-            left = deadline_s - (time.time() - start)
-            if left < 30:
-                print(f"skipped {job} {item}: out of time", flush=True)
-                continue
-            weights = _weights(item["model"], tmp)
-            out = tmp / f"e2e-{job}-{item['variant']}-{item.get('batch', 0)}.json"
-            cmd = [sys.executable, str(HERE / "step.py"), "--model", item["model"], "--variant", item["variant"],
-                   "--weights", str(weights), "--out", str(out), "--task", item.get("task", "train")]
-            for key in ("steps", "batch", "dtype", "seq"):
-                if key in item:
-                    cmd += [f"--{key}", str(item[key])]
-            t0 = time.time()
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
-                ok = proc.returncode == 0 and out.exists()
-                err = "" if ok else (proc.stderr or proc.stdout)[-1500:]
-            except subprocess.TimeoutExpired:
-                ok, err = False, "timed out"
-            row = json.loads(out.read_text()) if ok else {**item, "task": item.get("task", "train"), "error": err}
-            row["job"], row["wall_s"], row["commit"] = job, round(time.time() - t0, 1), doc["environment"]["commit"]
-            doc["runs"] = [r for r in doc["runs"] if (r["job"], r["variant"], r.get("batch")) !=
-                           (job, item["variant"], row.get("batch"))] + [row]
-            results_path.write_text(json.dumps(doc, indent=1) + "\n")
-            print(f"{job:16s} {item['variant']:11s} {'ok' if ok else 'FAILED'} {row['wall_s']:6.1f}s "
-                  f"{_headline(row)}", flush=True)
-            if not ok:
-                print(err, flush=True)
+    seen: dict[tuple, list[float]] = {}
+    schedule = [(name, item) for _ in range(rounds) for name in jobs for item in JOBS[name]]
+    for job, item in schedule:
+        if variants and item["variant"] not in variants:
+            continue
+        left = deadline_s - (time.time() - start)
+        if left < 30:
+            print(f"skipped {job} {item}: out of time", flush=True)
+            continue
+        weights = _weights(item["model"], tmp)
+        out = tmp / f"e2e-{job}-{item['variant']}-{item.get('batch', 0)}.json"
+        cmd = [sys.executable, str(HERE / "step.py"), "--model", item["model"], "--variant", item["variant"],
+               "--weights", str(weights), "--out", str(out), "--task", item.get("task", "train")]
+        for key in ("steps", "batch", "dtype", "seq"):
+            if key in item:
+                cmd += [f"--{key}", str(item[key])]
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+            ok = proc.returncode == 0 and out.exists()
+            err = "" if ok else (proc.stderr or proc.stdout)[-1500:]
+        except subprocess.TimeoutExpired:
+            ok, err = False, "timed out"
+        row = json.loads(out.read_text()) if ok else {**item, "task": item.get("task", "train"), "error": err}
+        row["job"], row["wall_s"], row["commit"] = job, round(time.time() - t0, 1), doc["environment"]["commit"]
+        if rounds > 1 and "step_ms" in row:
+            times = seen.setdefault((job, item["variant"], item.get("batch")), [])
+            times.append(row["step_ms"])
+            row["rounds_step_ms"], row["step_ms"] = list(times), statistics.median(times)
+        doc["runs"] = [r for r in doc["runs"] if (r["job"], r["variant"], r.get("batch")) !=
+                       (job, item["variant"], row.get("batch"))] + [row]
+        results_path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"{job:16s} {item['variant']:11s} {'ok' if ok else 'FAILED'} {row['wall_s']:6.1f}s "
+              f"{_headline(row)}", flush=True)
+        if not ok:
+            print(err, flush=True)
     return results_path
 
 
@@ -236,6 +246,8 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole run")
     ap.add_argument("--plot", type=Path, default=None, help="only render a results file")
     ap.add_argument("--variants", default=None, help="comma-separated: only these variants of each job")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the variants this many times, interleaved; step_ms is the median (default 1)")
     args = ap.parse_args()
     if args.plot:
         doc = json.loads(args.plot.read_text())
@@ -246,7 +258,7 @@ def main() -> None:
 
         out_dir = args.out_dir or ROOT / "benchmarks" / "results" / gpu_slug(torch.cuda.get_device_name()) / "e2e"
         variants = set(args.variants.split(",")) if args.variants else None
-        doc = json.loads(run(args.jobs.split(","), out_dir, args.deadline, variants).read_text())
+        doc = json.loads(run(args.jobs.split(","), out_dir, args.deadline, variants, args.rounds).read_text())
     from kernelworks.bench.results import gpu_slug
 
     print(table(doc))

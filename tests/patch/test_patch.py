@@ -636,6 +636,10 @@ def test_mlp_runs_as_one_gated_mlp_unless_the_projections_are_wrapped(monkeypatc
     """Plain projections: one kernelworks.gated_mlp per layer (the activation recomputed in the backward);
     a hooked projection (as LoRA or a quantised wrapper would be): the model's own modules around
     kernelworks.swiglu, hook honoured. Both match the unpatched model, gradients included."""
+    from kernelworks.patch import layers
+
+    # the MLP module's own path: a plain layer would otherwise run as one node (test_a_plain_decoder_layer_...)
+    monkeypatch.setattr(layers, "_dense_layer_args", lambda *a: None)
     calls = []
     real = kernelworks.gated_mlp
     monkeypatch.setattr(kernelworks, "gated_mlp", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -791,11 +795,12 @@ def test_training_forward_skips_hfs_packing_sync(monkeypatch):
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
 def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
-    """A training forward of a Llama-shaped model runs each decoder layer as one ``_dense_layer`` call (one
-    host-time replay for the whole layer on a GPU): the same ops as the modules, so the loss and every gradient
-    equal those of the module-by-module path exactly, and HF's within the tolerance. A hook, a wrapped
-    projection, a padding mask or a KV cache send the layer back to its modules."""
-    from kernelworks.patch import layers
+    """A training forward of a Llama-shaped model runs each decoder layer as one call: one autograd node
+    (``patch.decoder``), or for Qwen3's q/k norms one ``_dense_layer`` call (one host-time replay for the
+    layer on a GPU). The same ops as the modules: the loss and every gradient equal the module-by-module
+    path's (the node sums the q/k/v projections' gradients in cuBLAS: within rounding) and HF's within the
+    tolerance. A hook, a wrapped projection, a padding mask or a KV cache send the layer back to its modules."""
+    from kernelworks.patch import decoder, layers
 
     model, reference = _pair(family)
     if family == "qwen2":  # Qwen2's q/k/v projections have biases: give them values
@@ -804,9 +809,10 @@ def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
                 m.model.layers[0].self_attn.q_proj.bias.fill_(0.1)
     model.train(), reference.train()
     kernelworks.patch(model)
-    calls = []
-    one_call = layers._dense_layer
+    calls, nodes = [], []
+    one_call, one_node = layers._dense_layer, decoder.decoder_layer
     monkeypatch.setattr(layers, "_dense_layer", lambda *a: calls.append(1) or one_call(*a))
+    monkeypatch.setattr(decoder, "decoder_layer", lambda *a: nodes.append(1) or one_node(*a))
     ids = _ids(2, 9)
 
     def step(m) -> tuple[torch.Tensor, dict]:
@@ -816,24 +822,28 @@ def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
         return loss, _grads(m)
 
     loss, grads = step(model)
-    assert len(calls) == len(model.model.layers)
+    assert len(calls if family == "qwen3" else nodes) == len(model.model.layers)
+    assert not (nodes if family == "qwen3" else calls)
     monkeypatch.setattr(layers, "_dense_layer_args", lambda *a: None)
     by_modules = step(model)
-    assert len(calls) == len(model.model.layers)
-    torch.testing.assert_close(loss, by_modules[0], rtol=0, atol=0)
+    assert len(calls) + len(nodes) == len(model.model.layers)
+    exact = {"rtol": 0, "atol": 0} if family == "qwen3" else {"rtol": 1e-6, "atol": 1e-7}
+    torch.testing.assert_close(loss, by_modules[0], **exact)
     for name, g in grads.items():
-        torch.testing.assert_close(g, by_modules[1][name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(g, by_modules[1][name], **exact, msg=name)
     ref_loss, ref_grads = step(reference)
     torch.testing.assert_close(loss, ref_loss, **TOL)
     for name, g in grads.items():
         torch.testing.assert_close(g, ref_grads[name], **TOL, msg=name)
     monkeypatch.undo()
 
-    calls.clear()
+    calls.clear(), nodes.clear()
     monkeypatch.setattr(layers, "_dense_layer", lambda *a: calls.append(1) or one_call(*a))
+    monkeypatch.setattr(decoder, "decoder_layer", lambda *a: nodes.append(1) or one_node(*a))
     handle = model.model.layers[1].self_attn.k_proj.register_forward_hook(lambda mod, args, out: out * 2)
     hooked = model(ids, labels=ids).loss
-    assert len(calls) == len(model.model.layers) - 1
+    assert len(calls) + len(nodes) == len(model.model.layers) - 1
+    calls.clear(), nodes.clear()
     handle.remove()
     reference.model.layers[1].self_attn.k_proj.register_forward_hook(lambda mod, args, out: out * 2)
     torch.testing.assert_close(hooked, reference(ids, labels=ids).loss, **TOL)
@@ -844,7 +854,44 @@ def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
     model.eval()
     with torch.no_grad():
         model.generate(ids[:1, :4], max_new_tokens=2, do_sample=False)
-    assert calls == []
+    assert calls == [] and nodes == []
+    with torch.no_grad():  # inference without a cache: one call, no node
+        model(ids, use_cache=False)
+    assert len(calls) == len(model.model.layers) and nodes == []
+
+
+def test_one_node_layer_with_frozen_weights():
+    """The one-node layer computes only the gradients asked for: frozen weights (fine-tuning a part) get none,
+    the others equal the module-by-module path's; with the embedding frozen too, the first layer's input needs
+    no gradient."""
+    from kernelworks.patch import layers
+
+    model, _ = _pair("qwen2")
+    model.train()
+    kernelworks.patch(model)
+    frozen = ["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+              "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.bias",
+              "model.layers.1.mlp.up_proj.weight"]
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in frozen)
+    ids = _ids(2, 9)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(ids, labels=ids).loss.backward()
+        return _grads(model)
+
+    grads = step()
+    assert set(frozen).isdisjoint(grads) and len(grads) == sum(p.requires_grad for p in model.parameters())
+    original = layers._dense_layer_args
+    layers._dense_layer_args = lambda *a: None
+    try:
+        by_modules = step()
+    finally:
+        layers._dense_layer_args = original
+    assert grads.keys() == by_modules.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, by_modules[name], rtol=1e-6, atol=1e-7, msg=name)
 
 
 # ------------------------------------------------------------------------------------------- errors

@@ -20,8 +20,10 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
 
 import kernelworks
+from kernelworks.ops.activation.mlp import GATED_ACTIVATIONS
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM
-from kernelworks.patch import attention
+from kernelworks.ops.attention.reference import window_bounds
+from kernelworks.patch import attention, decoder
 from kernelworks.runtime.device import runs_kernels
 from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.validate import FLOAT_DTYPES
@@ -155,7 +157,8 @@ def llama_layer_forward(self, hidden_states: torch.Tensor, attention_mask: torch
     take ``1 + weight``: ``_kw_offset``)."""
     args = _dense_layer_args(self, hidden_states, attention_mask, past_key_values, position_embeddings, kwargs)
     if args is not None:
-        return _dense_layer(*args)
+        node = _one_node_args(args)
+        return _dense_layer(*args) if node is None else decoder.decoder_layer(*node)[0]
     residual = hidden_states
     hidden_states = self.input_layernorm(hidden_states)
     kwargs = _with_cache(past_key_values, kwargs)
@@ -232,6 +235,22 @@ def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, po
             down_proj.weight, norm_eps(norm1), norm1._kw_offset, norm_eps(norm2), self._kw_offset, attn.head_dim,
             causal, attn.scaling, attention._window(extra.get("sliding_window"), causal), glu,
             approximate or "tanh")
+
+
+def _one_node_args(args: tuple) -> tuple | None:
+    """:func:`kernelworks.patch.decoder.decoder_layer`'s arguments for a call of :func:`_dense_layer` that
+    records an autograd graph (the layer then makes one node), or None: no graph, or per-head q/k norms (Qwen3),
+    which that node does not compute."""
+    (x, cos, sin, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, q_norm, _k_norm, _qk_eps, _qk_offset, norm2, gate_w,
+     up_w, down_w, eps1, offset1, eps2, offset2, head_dim, causal, scaling, window, glu, approximate) = args
+    if q_norm is not None or not torch.is_grad_enabled():
+        return None
+    if not any(t is not None and t.requires_grad for t in (x, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, norm2,
+                                                            gate_w, up_w, down_w)):
+        return None
+    left, right = window_bounds(window, causal)
+    return (x, cos, sin, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, norm2, gate_w, up_w, down_w, eps1, offset1,
+            eps2, offset2, head_dim, scaling, left, right, GATED_ACTIVATIONS[glu, approximate])
 
 
 @replayed_op

@@ -27,8 +27,8 @@ from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
 from kernelworks.runtime.validate import check_float_tensor, check_same_device, check_same_dtype
 
-_ACTIVATIONS = {("swiglu", "tanh"): "silu", ("swiglu", "none"): "silu", ("geglu", "tanh"): "gelu_tanh",
-                ("geglu", "none"): "gelu"}
+GATED_ACTIVATIONS = {("swiglu", "tanh"): "silu", ("swiglu", "none"): "silu", ("geglu", "tanh"): "gelu_tanh",
+                     ("geglu", "none"): "gelu"}
 """(activation, approximate) → the kernels' activation name."""
 
 
@@ -165,7 +165,7 @@ _GATED_MLP = TorchOp("gated_mlp", forward=_forward, forward_fake=_forward_fake, 
 def _check(x: object, gate_weight: object, up_weight: object, down_weight: object, activation: object,
            approximate: object) -> str:
     """Validate the arguments; returns the kernels' activation name."""
-    if (activation, approximate) not in _ACTIVATIONS:
+    if (activation, approximate) not in GATED_ACTIVATIONS:
         raise ValueError(f"activation, approximate: expected 'swiglu' or 'geglu' and 'tanh' or 'none', got "
                          f"{activation!r}, {approximate!r}")
     names = ("x", "gate_weight", "up_weight", "down_weight")
@@ -181,7 +181,7 @@ def _check(x: object, gate_weight: object, up_weight: object, down_weight: objec
         if tuple(t.shape) != expected[name]:
             raise ValueError(f"{name}: expected shape {expected[name]} (gate/up [intermediate, hidden], down "
                              f"[hidden, intermediate], hidden = x.shape[-1] = {hidden}), got {tuple(t.shape)}")
-    return _ACTIVATIONS[activation, approximate]
+    return GATED_ACTIVATIONS[activation, approximate]
 
 
 @replayed_op
