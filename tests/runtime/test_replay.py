@@ -734,21 +734,24 @@ def test_a_patched_models_replayed_steps_equal_the_ordinary_ones():
     kw.patch(model)
     ids = torch.randint(0, 512, (2, 128), device="cuda")
 
+    names = ["loss", *(n for n, _ in model.named_parameters())]
+
     def step() -> list[torch.Tensor]:
         model.zero_grad(set_to_none=True)
         loss = model(ids, labels=ids).loss
         loss.backward()
-        return [loss, *(p.grad for p in model.parameters())]
+        return [loss.detach().clone(), *(p.grad.clone() for p in model.parameters())]
 
     replayed = [step() for _ in range(4)][-1]
-    assert _replayed("layers._dense_layer") > 0
+    assert _replayed("patch.decoder._backward") > 0, replay.report()
     previous = replay.set_enabled(False)
     try:
         ordinary = step()
     finally:
         replay.set_enabled(previous)
-    for a, b in zip(replayed, ordinary, strict=True):
-        assert torch.equal(a, b)
+    differ = {n: (a.float() - b.float()).abs().max().item() for n, a, b in zip(names, replayed, ordinary, strict=True)
+              if not torch.equal(a, b)}
+    assert not differ
 
 
 _FUZZ_OPS = {
