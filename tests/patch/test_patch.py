@@ -860,6 +860,28 @@ def test_a_plain_decoder_layer_runs_as_one_call(family, monkeypatch):
     assert len(calls) == len(model.model.layers) and nodes == []
 
 
+def test_a_large_layer_keeps_one_node_per_op(monkeypatch):
+    """A layer whose MLP activations exceed ``MAX_NODE_MLP_BYTES`` is not one node (which would hold them all
+    through its backward): it runs as one replayed call of the per-op nodes."""
+    from kernelworks.patch import decoder
+
+    model, _ = _pair()
+    model.train()
+    kernelworks.patch(model)
+    nodes = []
+    one_node = decoder.decoder_layer
+    monkeypatch.setattr(decoder, "decoder_layer", lambda *a: nodes.append(1) or one_node(*a))
+    ids = _ids(2, 9)
+    model(ids, labels=ids)
+    assert len(nodes) == len(model.model.layers)
+    nodes.clear()
+    monkeypatch.setattr(decoder, "MAX_NODE_MLP_BYTES", 2 * 9 * 128 * 4 - 1)  # tokens × intermediate × fp32, less 1
+    loss = model(ids, labels=ids).loss
+    assert nodes == []
+    graph = _graph_nodes(loss)
+    assert "GatedMlpFunctionBackward" in graph and "LlamaDecoderLayerFunctionBackward" not in graph
+
+
 def test_one_node_layer_with_frozen_weights():
     """The one-node layer computes only the gradients asked for: frozen weights (fine-tuning a part) get none,
     the others equal the module-by-module path's; with the embedding frozen too, the first layer's input needs

@@ -239,11 +239,14 @@ def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, po
 
 def _one_node_args(args: tuple) -> tuple | None:
     """:func:`kernelworks.patch.decoder.decoder_layer`'s arguments for a call of :func:`_dense_layer` that
-    records an autograd graph (the layer then makes one node), or None: no graph, or per-head q/k norms (Qwen3),
-    which that node does not compute."""
+    records an autograd graph (the layer then makes one node), or None: no graph, per-head q/k norms (Qwen3),
+    which that node does not compute, or a layer too large for it (:data:`kernelworks.patch.decoder.
+    MAX_NODE_MLP_BYTES`)."""
     (x, cos, sin, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, q_norm, _k_norm, _qk_eps, _qk_offset, norm2, gate_w,
      up_w, down_w, eps1, offset1, eps2, offset2, head_dim, causal, scaling, window, glu, approximate) = args
     if q_norm is not None or not torch.is_grad_enabled():
+        return None
+    if x.numel() // x.shape[-1] * gate_w.shape[0] * x.element_size() > decoder.MAX_NODE_MLP_BYTES:
         return None
     if not any(t is not None and t.requires_grad for t in (x, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, norm2,
                                                             gate_w, up_w, down_w)):
