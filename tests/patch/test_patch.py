@@ -878,8 +878,53 @@ def test_a_large_layer_keeps_one_node_per_op(monkeypatch):
     monkeypatch.setattr(decoder, "MAX_NODE_MLP_BYTES", 2 * 9 * 128 * 4 - 1)  # tokens × intermediate × fp32, less 1
     loss = model(ids, labels=ids).loss
     assert nodes == []
+    monkeypatch.setattr(decoder, "MAX_NODE_MLP_BYTES", 1 << 30)
+    rotary = model.model.rotary_emb
+    monkeypatch.setattr(rotary, "forward", lambda *a, **k: tuple(t.requires_grad_() for t in type(rotary).forward(
+        rotary, *a, **k)))
+    with pytest.raises(Exception, match="cos"):  # a gradient asked of cos/sin: the rotary op refuses, as before
+        model(ids, labels=ids)
+    assert nodes == []
     graph = _graph_nodes(loss)
     assert "GatedMlpFunctionBackward" in graph and "LlamaDecoderLayerFunctionBackward" not in graph
+
+
+def test_hidden_states_asked_once_keep_the_one_node_layers(monkeypatch):
+    """HF installs its output-capture hooks on the layers and attention modules the first time
+    ``output_hidden_states`` is asked, and never removes them: idle, they must not send the layers back to their
+    modules. The hidden states themselves still come out right."""
+    from kernelworks.patch import decoder
+
+    model, reference = _pair()
+    model.train(), reference.train()
+    kernelworks.patch(model)
+    nodes = []
+    one_node = decoder.decoder_layer
+    monkeypatch.setattr(decoder, "decoder_layer", lambda *a: nodes.append(1) or one_node(*a))
+    ids = _ids(2, 9)
+    states = model(ids, output_hidden_states=True).hidden_states
+    for ours, theirs in zip(states, reference(ids, output_hidden_states=True).hidden_states, strict=True):
+        torch.testing.assert_close(ours, theirs, **TOL)
+    assert model.model.layers[0].self_attn._forward_hooks  # HF's hooks are there now
+    nodes.clear()
+    model(ids, labels=ids)
+    assert len(nodes) == len(model.model.layers)
+
+
+def test_a_second_register_keeps_a_later_wrapper_of_the_packing_check(monkeypatch):
+    """Another library wrapping HF's packing check after us stays in the chain, and registering again (a second
+    patch, an unpickled model) does not wrap that wrapper (a cycle)."""
+    from transformers import masking_utils
+
+    from kernelworks.patch import attention
+
+    attention.register()
+    ours = masking_utils.find_packed_sequence_indices
+    seen = []
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda p: seen.append(1) or ours(p))
+    attention.register()
+    positions = torch.tensor([[0, 1, 2, 0, 1]])
+    assert masking_utils.find_packed_sequence_indices(positions) is not None and seen == [1]
 
 
 def test_one_node_layer_with_frozen_weights():

@@ -77,16 +77,35 @@ WEIGHTS_KWARG = "kernelworks_attention_weights"
 kernel never forms the weights, so those calls run the model's eager attention, which returns them."""
 
 
+try:
+    from transformers.utils.output_capturing import _active_collector
+except ImportError:  # another layout of transformers' internals: only our keyword is seen
+    _active_collector = None
+
+
 def _weights_recorded() -> bool:
     """True while HF's output capture (the ``capture_outputs`` decorator of every base model since transformers
     5.16) records attention weights: ``output_attentions`` asked of a model whose forward is not ours (a base
     model, a classification head), which passes no keyword down."""
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:  # another layout of transformers' internals: only our keyword is seen
+    collected = None if _active_collector is None else _active_collector.get()
+    return bool(collected) and "attentions" in collected
+
+
+def idle_capture_hook(hook: object) -> bool:
+    """``hook`` is HF's output-capture forward hook and records nothing now. HF installs one on each decoder layer
+    and attention module the first time ``output_hidden_states`` or ``output_attentions`` is asked and never
+    removes them; each records only while a forward collects its key. Skipping a module that carries only idle
+    ones loses nothing."""
+    if getattr(hook, "__name__", None) != "output_capturing_hook" or _active_collector is None \
+            or not getattr(hook, "__module__", "").startswith("transformers."):
         return False
     collected = _active_collector.get()
-    return bool(collected) and "attentions" in collected
+    if not collected:
+        return True
+    names = hook.__code__.co_freevars
+    if "key" not in names:
+        return False
+    return hook.__closure__[names.index("key")].cell_contents not in collected
 
 PACKED_KWARG = "kernelworks_packed"
 """Keyword the patched ``ForCausalLM.forward`` hands down (through HF's layers, as the flash kwargs travel) to
@@ -322,7 +341,9 @@ def register() -> None:
     forward already decided the batch is not packed)."""
     AttentionInterface.register(NAME, attention)
     AttentionMaskInterface.register(NAME, mask)
+    # once a process: a wrapper another library puts on top of ours later stays there (and calls ours), and a
+    # second register() must not wrap that wrapper again (a cycle)
     current = getattr(masking_utils, "find_packed_sequence_indices", None)
-    if current is not None and current is not _find_packed_sequence_indices:
+    if current is not None and not hasattr(_find_packed_sequence_indices, "hf"):
         _find_packed_sequence_indices.hf = current
         masking_utils.find_packed_sequence_indices = _find_packed_sequence_indices

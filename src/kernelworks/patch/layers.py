@@ -21,6 +21,7 @@ from transformers.utils import can_return_tuple
 
 import kernelworks
 from kernelworks.ops.activation.mlp import GATED_ACTIVATIONS
+from kernelworks.ops.attention.api import MAX_GRID_Y
 from kernelworks.ops.attention.forward import MAX_HEAD_DIM
 from kernelworks.ops.attention.reference import window_bounds
 from kernelworks.patch import attention, decoder
@@ -182,8 +183,16 @@ _DENSE_LAYER_KWARGS = frozenset({CACHE_NAME, "past_key_values", "position_ids", 
 
 
 def _ours(m: torch.nn.Module, piece: str) -> bool:
-    """``m`` is one of our swapped classes for ``piece`` (not a user's class, not HF's own) and unhooked."""
-    return getattr(type(m), "_kernelworks", "").startswith(piece) and _unhooked(m)
+    """``m`` is one of our swapped classes for ``piece`` (not a user's class, not HF's own) and unhooked but for
+    HF's idle output-capture hooks (:func:`kernelworks.patch.attention.idle_capture_hook`)."""
+    if not getattr(type(m), "_kernelworks", "").startswith(piece):
+        return False
+    if m._forward_hooks and all(attention.idle_capture_hook(h) for h in m._forward_hooks.values()):
+        return not (m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                    or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+                    or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
+                    or "forward" in m.__dict__ or "_hf_hook" in m.__dict__)
+    return _unhooked(m)
 
 
 def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, position_embeddings,
@@ -199,8 +208,10 @@ def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, po
         return None
     attn, mlp = getattr(self, "self_attn", None), self.mlp
     norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
-    if not (attn is not None and _ours(self, "layer:") and _ours(attn, "attention:False") and _ours(mlp, "mlp:")
-            and _ours(norm1, "rms_norm") and _ours(norm2, "rms_norm")):
+    # the layer's own hooks run around this forward: only the pieces it will not call must be unhooked
+    if not (attn is not None and getattr(type(self), "_kernelworks", "").startswith("layer:")
+            and _ours(attn, "attention:False") and _ours(mlp, "mlp:") and _ours(norm1, "rms_norm")
+            and _ours(norm2, "rms_norm")):
         return None
     q_proj, k_proj, v_proj, o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
     gate_proj, up_proj, down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
@@ -209,8 +220,9 @@ def _dense_layer_args(self, x: torch.Tensor, attention_mask, past_key_values, po
             and _plain_linear(down_proj)):
         return None
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-    if (q_norm is None) != (k_norm is None) or (q_norm is not None and not (_ours(q_norm, "rms_norm")
-                                                                            and _ours(k_norm, "rms_norm"))):
+    if (q_norm is None) != (k_norm is None) or (q_norm is not None and not (
+            _ours(q_norm, "rms_norm") and _ours(k_norm, "rms_norm") and norm_eps(q_norm) == norm_eps(k_norm)
+            and q_norm._kw_offset == k_norm._kw_offset)):
         return None
     weights = [norm1.weight, q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight, norm2.weight,
                gate_proj.weight, up_proj.weight, down_proj.weight]
@@ -247,6 +259,10 @@ def _one_node_args(args: tuple) -> tuple | None:
     if q_norm is not None or not torch.is_grad_enabled():
         return None
     if x.numel() // x.shape[-1] * gate_w.shape[0] * x.element_size() > decoder.MAX_NODE_MLP_BYTES:
+        return None
+    # what the public ops would refuse, which the node does not check: a launch grid too tall, or a gradient
+    # asked of cos/sin (the rotary op raises; the node would drop it)
+    if x.shape[0] * (q_w.shape[0] // head_dim) > MAX_GRID_Y or cos.requires_grad or sin.requires_grad:
         return None
     if not any(t is not None and t.requires_grad for t in (x, norm1, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, norm2,
                                                             gate_w, up_w, down_w)):
