@@ -63,7 +63,7 @@ class _CallRecorder(TorchDispatchMode):
         self.thread = threading.get_ident()
         self.inside = False  # within a TorchOp call: its dispatches are its own
         self.failed: str | None = None
-        self.grad_mode = torch.is_grad_enabled()  # a view made under another grad mode would replay differently
+        self.grad_mode = torch.is_grad_enabled()  # an op made under another grad mode would replay differently
         self.calls: list[tuple[Callable[..., Any], list]] = []
         self.op_calls = 0  # of them, TorchOp calls
         self.refs: dict[int, tuple] = {}  # id(object) -> ("in", i) | ("kw", name) | ("out", k, index or None)
