@@ -1,7 +1,7 @@
 """Gated DeltaNet prefill on batches too small to fill the GPU (one long sequence): the scan's V rows per
 program and the segment-parallel forward, with fla's ``chunk_gated_delta_rule`` in the same run.
 
-Two studies, each a JSON under ``--out`` (saved after every shape) and a table last:
+Three studies, each a JSON under ``--out`` (saved after every shape) and a table last:
 
 - ``variants``: forward only. The plain fused forward at 64 and 32 V rows, the unfused three-kernel form
   (state-only scan + parallel output) at 64/32/16 rows, the segmented forward in 2–16 segments at 64 and
@@ -10,6 +10,11 @@ Two studies, each a JSON under ``--out`` (saved after every shape) and a table l
 - ``rows``: the public op with the scan's width forced to 64, 32 or 16 rows or left to ``scan_block_v``,
   forward and forward + backward; gradients of each width against 64 rows' (the rows of the state evolve
   independently, so they agree to the bit); the backward's kernels by name on two shapes.
+- ``keep``: training calls of the public op with the forward keeping its chunk-start states and U for the
+  backward (the default since session 23) against the backward recomputing them (one more serial scan):
+  the training forward, forward + backward, the backward over the forward, peak memory of a
+  forward + backward, and the gradients of the two against each other; the inference forward and fla's
+  beside.
 
 Times are device times (``time_fn``: events, L2 flushed, the GPU kept busy for longer than the call's host
 time, so a host-bound path is not charged its host time), with each call's host µs beside. fla's
@@ -17,6 +22,7 @@ backward refuses triton < 3.7.1 on Hopper (its issue #640), so only its forward 
 
     python benchmarks/sweeps/gated_delta_long.py variants --out $OUT      # on a GPU (fla optional)
     python benchmarks/sweeps/gated_delta_long.py rows --out $OUT [--shapes B1-T16k-qk16-v32,...]
+    python benchmarks/sweeps/gated_delta_long.py keep --out $OUT
     python benchmarks/sweeps/gated_delta_long.py rows --smoke             # no GPU: the script on tiny shapes
 
 Results: ``benchmarks/results/h100-80gb-hbm3/gaps/gated_delta-long-*`` (session 18; the ``variants`` file
@@ -37,14 +43,14 @@ import torch
 from torch.nn import functional
 
 import kernelworks as kw
-from kernelworks.ops.gated_delta import prefill_bwd_chunked, prefill_chunked
+from kernelworks.ops.gated_delta import api, prefill_bwd_chunked, prefill_chunked
 from kernelworks.runtime import replay
 
 SHAPES = {  # (B, T, H_qk, H_v), K = V = 128
     "B1-T16k-qk16-v32": (1, 16384, 16, 32), "B1-T32k-qk16-v32": (1, 32768, 16, 32),
     "B1-T64k-qk16-v32": (1, 65536, 16, 32), "B1-T16k-qk16-v16": (1, 16384, 16, 16),
     "B1-T32k-qk16-v16": (1, 32768, 16, 16), "B2-T8k-qk16-v32": (2, 8192, 16, 32),
-    "B8-T4k-qk16-v16": (8, 4096, 16, 16),
+    "B8-T4k-qk16-v16": (8, 4096, 16, 16), "B2-T4k-qk16-v32": (2, 4096, 16, 32),
 }
 _auto_rows = prefill_chunked.scan_block_v
 
@@ -183,6 +189,65 @@ def _rows_row(tag: str, B: int, T: int, hq: int, hv: int, dev: str, dt: torch.dt
     return row
 
 
+def study_keep(shapes: dict, dev: str, dt: torch.dtype, D: int, time, fla, smoke: bool) -> dict:
+    return {tag: _keep_row(*shape, dev, dt, D, time, fla, smoke) for tag, shape in shapes.items()}
+
+
+def _keep_row(B: int, T: int, hq: int, hv: int, dev: str, dt: torch.dtype, D: int, time, fla, smoke: bool) -> dict:
+    q, k, v, g, beta = _inputs(B, T, hq, hv, D, dev, dt)
+    do = torch.randn_like(v)
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, g, beta)]
+    keeps = api._keeps_states
+    row = {"segments": prefill_chunked.prefill_segments(B, T, hv, D, q.device),
+           "kept": keeps(True, q, v, None), "infer_fwd": None, "fwd": {}, "fwdbwd": {}, "peak_gb": {}}
+
+    def fwd():
+        return kw.gated_delta_prefill(*leaves)
+
+    def fwdbwd():
+        o, _ = kw.gated_delta_prefill(*leaves)
+        return torch.autograd.grad(o, leaves, do)
+
+    with torch.no_grad():
+        row["infer_fwd"] = time(lambda: kw.gated_delta_prefill(q, k, v, g, beta))[0]
+    grads = {}
+    for name in ("recompute", "keep"):
+        api._keeps_states = keeps if name == "keep" else (lambda *a: False)
+        try:
+            with replay.paused():  # the two variants share a call signature: no replay across them
+                grads[name] = fwdbwd()
+                row["fwd"][name] = time(fwd)[0]
+                row["fwdbwd"][name] = time(fwdbwd)[0]
+                if not smoke:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                    fwdbwd()
+                    row["peak_gb"][name] = (torch.cuda.max_memory_allocated() - base) / 1e9
+        finally:
+            api._keeps_states = keeps
+    row["grad_err"] = max(_rel(a, b) for a, b in zip(grads["keep"], grads["recompute"], strict=True))
+    if fla is not None:
+        with torch.no_grad():
+            row["fla_fwd"] = time(lambda: fla(q=q, k=k, v=v, g=g, beta=beta, scale=D ** -0.5))[0]
+    print(row, flush=True)
+    return row
+
+
+def _print_keep(res: dict) -> None:
+    print(f"\n{res['device']}: device ms; bwd/fwd over the training forward (and over the inference forward)")
+    for tag, row in res["shapes"].items():
+        print(f"-- {tag} (segments {row['segments']}, states kept: {row['kept']}) inference fwd {row['infer_fwd']}"
+              f"  fla fwd {row.get('fla_fwd')}  grad rel diff {row['grad_err']:.1e}")
+        for name in ("recompute", "keep"):
+            f, fb, peak = row["fwd"][name], row["fwdbwd"][name], row["peak_gb"].get(name)
+            if not f:
+                print(f"   {name:9s} {f} {fb}")
+                continue
+            print(f"   {name:9s} fwd {f:7.3f}  fwd+bwd {fb:7.3f}  bwd/fwd {(fb - f) / f:4.2f} "
+                  f"({(fb - f) / row['infer_fwd']:4.2f})  peak {peak} GB")
+
+
 def _print_rows(res: dict) -> None:
     print(f"\n{res['device']}: ms (fwd | fwd+bwd, bwd/fwd), max grad rel err against 64 rows")
     for tag, row in res["shapes"].items():
@@ -216,14 +281,14 @@ def _print_variants(res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("study", nargs="*", help="variants, rows (default: both)")
+    ap.add_argument("study", nargs="*", help="variants, rows, keep (default: variants and rows)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."),
                     help="folder for gated_delta-long-<study>.json, or a file F.json (then F-<study>.json)")
     ap.add_argument("--shapes", help="comma-separated shape names (default: all)")
     ap.add_argument("--smoke", action="store_true", help="no GPU: the interpreter on tiny shapes, nothing timed")
     args = ap.parse_args()
-    if set(args.study) - {"variants", "rows"}:
-        ap.error(f"unknown study {sorted(set(args.study) - {'variants', 'rows'})}: variants, rows")
+    if set(args.study) - {"variants", "rows", "keep"}:
+        ap.error(f"unknown study {sorted(set(args.study) - {'variants', 'rows', 'keep'})}: variants, rows, keep")
     if args.smoke:
         shapes, dev, dt, D = {"smoke-B1-T96-qk1-v2": (1, 96, 1, 2)}, "cpu", torch.float16, 16
     else:
@@ -242,11 +307,13 @@ def main() -> None:
                "torch": torch.__version__, "commit": os.environ.get("KERNELWORKS_COMMIT"), "study": study}
         if study == "variants":
             res["shapes"] = study_variants(shapes, dev, dt, D, time, fla)
+        elif study == "keep":
+            res["shapes"] = study_keep(shapes, dev, dt, D, time, fla, args.smoke)
         else:
             res["shapes"] = study_rows(shapes, dev, dt, D, time, fla, args.smoke)
         with open(os.path.join(folder, f"{prefix}-{study}.json"), "w") as fh:
             json.dump(res, fh, indent=1)
-        (_print_variants if study == "variants" else _print_rows)(res)
+        {"variants": _print_variants, "keep": _print_keep, "rows": _print_rows}[study](res)
 
 
 if __name__ == "__main__":

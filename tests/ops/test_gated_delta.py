@@ -724,18 +724,29 @@ def test_custom_ops_opcheck():
     idx = torch.tensor([2, -1, 0], dtype=torch.int32, device=DEVICE)
     torch.library.opcheck(api._decode.custom_op, (*x.values(), idx, 0.25, None, None, False, None), test_utils=utils)
     p = _prefill_inputs(1, 20, 1, 2, 16, 16)
-    torch.library.opcheck(api._prefill_op, (*p.values(), None, None, True, None, 0.25, 16), test_utils=utils)
+    torch.library.opcheck(api._prefill_op, (*p.values(), None, None, True, None, 0.25, 16, True), test_utils=utils)
     grads = (torch.randn(1, 20, 2, 16, device=DEVICE), None, *p.values(), None, None, None, 0.25, 16, False,
-             None, None)
+             None, None, None, None)
     torch.library.opcheck(api._prefill.backward_op, grads, test_utils=utils)
-    # 16-bit inputs: the forward also returns its chunk inverses, which the backward takes
+    # 16-bit inputs: the forward also returns its chunk inverses and, asked to keep them, its chunk-start
+    # states and U, which the backward takes
     p16 = _prefill_inputs(1, 20, 1, 2, 16, 16, dtype=torch.float16)
-    torch.library.opcheck(api._prefill_op, (*p16.values(), None, None, False, None, 0.25, 16), test_utils=utils)
-    _, _, chunk_T, chunk_G = api._prefill_op(*p16.values(), None, None, False, None, 0.25, 16)
-    assert chunk_T.shape == (1, 20, 2, kernel_chunk(16)) and chunk_G.shape == (1, 20, 2)
+    for keep in (False, True):
+        torch.library.opcheck(api._prefill_op, (*p16.values(), None, None, False, None, 0.25, 16, keep),
+                              test_utils=utils)
+    _, _, chunk_T, chunk_G, chunk_h, chunk_U = api._prefill_op(*p16.values(), None, None, False, None, 0.25, 16, True)
+    chunk = kernel_chunk(16)
+    assert chunk_T.shape == (1, 20, 2, chunk) and chunk_G.shape == (1, 20, 2)
+    assert chunk_h.shape == (-(-20 // chunk), 2, 16, 16) and chunk_U.shape == (1, 20, 2, 16)
     grads = (torch.randn(1, 20, 2, 16, device=DEVICE).half(), None, *p16.values(), None, None, None, 0.25, 16,
-             False, chunk_T, chunk_G)
+             False, chunk_T, chunk_G, chunk_h, chunk_U)
     torch.library.opcheck(api._prefill.backward_op, grads, test_utils=utils)
+    # packed sequences: one state row a chunk slot (cdiv(T, C) + N; the slots past the last chunk, like U's
+    # rows past the last sequence, are never written nor read: not compared with a traced run's)
+    cu = torch.tensor([0, 7, 20], dtype=torch.int32, device=DEVICE)
+    args = (*p16.values(), None, None, False, cu, 0.25, 16, True)
+    torch.library.opcheck(api._prefill_op, args, test_utils=utils[:2])
+    assert api._prefill_op(*args)[4].shape == (-(-20 // chunk) + 2, 2, 16, 16)
 
 
 # ------------------------------------------------------------------------------------ sm_90 compilation

@@ -110,7 +110,7 @@ def test_public_api_fp16_matches_reference_and_sequential_backward(monkeypatch):
     calls = []
 
     def spy(*args, **kw):
-        calls.append((args[2].dtype, kw.get("inverses") is not None))
+        calls.append((args[2].dtype, kw.get("inverses") is not None, kw.get("states") is not None))
         return gated_delta_prefill_bwd_chunked(*args, **kw)
 
     monkeypatch.setattr(api, "gated_delta_prefill_bwd_chunked", spy)
@@ -125,7 +125,7 @@ def test_public_api_fp16_matches_reference_and_sequential_backward(monkeypatch):
     dht = torch.randn(final.shape, device=DEVICE)
     names = [n for n in NAMES if x[n] is not None]
     got = torch.autograd.grad((o.float() * do).sum() + (final * dht).sum(), [leaves[n] for n in names])
-    assert calls == [(F16, True)]  # the forward's chunk inverses reused
+    assert calls == [(F16, True, True)]  # the forward's chunk inverses and chunk-start states reused
     _, want = _ref_grads(x, do, dht, cu, 16 ** -0.5)
     old = _launch(gated_delta_prefill_bwd, x, do.half(), dht, cu, 16 ** -0.5, 16)
     for nm, a, r, b in zip(names, got, want, old):
@@ -161,6 +161,36 @@ def test_forward_inverses_reused_bit_equal():
     for bad in ((saved["T"][:, :20], saved["G"]), (saved["T"].float(), saved["G"]), (saved["T"], saved["G"].half())):
         with pytest.raises(ValueError, match="inverses"):
             _launch(gated_delta_prefill_bwd_chunked, x, do, None, None, 0.25, 16, inverses=bad)
+
+
+@TINY_HEADS
+@pytest.mark.parametrize("lens", [None, (9, 40, 23)], ids=["dense", "varlen"])
+def test_forward_states_reused_bit_equal(lens, monkeypatch):
+    """The chunk-start states and U a fused forward kept (``store_states``, as the public API asks in
+    training) spare the backward its recompute scan and give the gradients of that recompute, bit for bit;
+    states of the wrong shape or dtype are refused."""
+    from kernelworks.ops.gated_delta import prefill_bwd_chunked
+    from kernelworks.ops.gated_delta.prefill_bwd_chunked import states_dtype
+    from kernelworks.ops.gated_delta.prefill_chunked import chunked_prefill_fwd
+
+    cu = _cu(lens)
+    T = sum(lens) if lens else 40
+    x = _inputs(1, T, 1, 2, 16, 32, dtype=F16, seed=7, write=True, n_h0=3 if lens else 1)
+    do = torch.randn(1, T, 2, 32, device=DEVICE).half()
+    _, _, saved = chunked_prefill_fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=0.25,
+                                      initial_state=x["initial_state"], output_final_state=False, cu_seqlens=cu,
+                                      chunk_size=16, write_strength=x["write_strength"], store_states=True,
+                                      states_dtype=states_dtype(F16, 16, 32))
+    inverses, states = (saved["T"], saved["G"]), (saved["h"], saved["v_new"])
+    b = _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, inverses=inverses)
+    monkeypatch.setattr(prefill_bwd_chunked, "chunked_prefill_fwd", lambda *a, **k: pytest.fail("recomputed"))
+    a = _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, inverses=inverses, states=states)
+    for u, w in zip(a, b):
+        assert torch.equal(u, w)
+    h, vn = states
+    for bad in ((h[:-1], vn), (h.float(), vn), (h, vn[:, :-1]), (h, vn.float())):
+        with pytest.raises(ValueError, match="states"):
+            _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, inverses=inverses, states=bad)
 
 
 @TINY_HEADS

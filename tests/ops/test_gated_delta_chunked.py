@@ -147,7 +147,8 @@ def test_varlen_three_sequences(fuse):
 @pytest.mark.parametrize("fuse", MODES, ids=MODE_IDS)
 def test_saved_gates_and_states_dense(fuse):
     """``saved["G"]`` = log2(e)·(cumsum of g from each chunk's start); ``saved["h"]`` row ``b·NT + j`` =
-    the state before chunk j (unfused: always kept; fused: with store_states)."""
+    the state before chunk j, and ``saved["v_new"]`` U (unfused: always kept; fused: with store_states, U
+    as the unfused scan forms it)."""
     x = _inputs(2, 40, 1, 2, 16, 16, h0=2)
     _, final, saved = _run(x, fuse=fuse, chunk=16, final=False, store_states=True)
     assert final is None
@@ -158,7 +159,11 @@ def test_saved_gates_and_states_dense(fuse):
         assert saved["W"] is None and saved["U_tilde"] is None
     else:
         assert saved["W"].shape == (2, 40, 2, 16) and saved["U_tilde"].shape == (2, 40, 2, 16)
-    assert (saved["v_new"] is None) == fuse
+    assert saved["v_new"].shape == (2, 40, 2, 16)
+    if fuse:
+        unfused = _run(x, fuse=False, chunk=16, final=False)[2]["v_new"]
+        torch.testing.assert_close(saved["v_new"], unfused, atol=1e-5, rtol=1e-5)
+        assert _run(x, fuse=True, chunk=16, final=False)[2]["v_new"] is None  # not kept unless asked
     for b in range(2):
         for j in range(3):
             want = x["initial_state"][b].double()

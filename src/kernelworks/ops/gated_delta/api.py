@@ -24,7 +24,7 @@ import torch
 
 from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
-from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked
+from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked, states_dtype
 from kernelworks.ops.gated_delta.prefill_chunked import (
     chunked_prefill_fwd,
     kernel_chunk,
@@ -35,6 +35,7 @@ from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
+from kernelworks.runtime.launch import cdiv
 from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
@@ -72,19 +73,49 @@ _decode = ForwardOp("gated_delta_decode", _decode_forward, fake=_decode_fake, mu
 """``kernelworks::gated_delta_decode``: forward only, updates ``state`` in place."""
 
 
+GPU_CHECKED_HEADS = {64, 128}
+"""Head sizes (K and V) whose chunk-parallel backward is checked on the GPU (the GPU tests of
+test_gated_delta_bwd_chunked); others take the sequential backward there."""
+
+
+def _keeps_states(keep_states: bool, q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None) -> bool:
+    """Whether a forward asked to ``keep_states`` stores its chunk-start states and U for the backward: the
+    16-bit path's single fused scan (not the segmented forward, not fp32), where the chunk-parallel backward
+    takes them (:func:`_prefill_backward`)."""
+    if not keep_states or q.dtype == torch.float32:
+        return False
+    if not (interpreter_active() or {q.shape[3], v.shape[3]} <= GPU_CHECKED_HEADS):
+        return False
+    return cu_seqlens is not None or prefill_segments(q.shape[0], q.shape[1], v.shape[2], v.shape[3], v.device) == 1
+
+
+def _kept_states_shape(q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
+                       chunk_size: int) -> tuple[int, int, int, int]:
+    """``[n_slots, H_v, V, K]``: the chunk-start states of ``chunked_prefill_fwd`` (one row a chunk; varlen:
+    ``cdiv(T, C) + N`` slots, :func:`~kernelworks.ops.gated_delta.prefill_chunked._varlen_chunks`)."""
+    B, T, _, K = q.shape
+    chunk = kernel_chunk(chunk_size)
+    n_slots = B * cdiv(T, chunk) if cu_seqlens is None else cdiv(T, chunk) + cu_seqlens.shape[0] - 1
+    return (n_slots, v.shape[2], v.shape[3], K)
+
+
 def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      write_strength: torch.Tensor | None, initial_state: torch.Tensor | None,
                      output_final_state: bool, cu_seqlens: torch.Tensor | None, scale: float,
-                     chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(o, final_state, T, G)``: final_state empty without ``output_final_state``; ``T`` ``[B, T, H_v,
+                     chunk_size: int, keep_states: bool,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(o, final_state, T, G, h, U)``: final_state empty without ``output_final_state``; ``T`` ``[B, T, H_v,
     C]`` and ``G`` ``[B, T, H_v]`` the chunk inverses and log2 decays the 16-bit forward computed (kept for
-    the backward, which then skips recomputing them; the fp32 path returns them empty). bf16 under the
-    interpreter (whose ``tl.dot`` on bf16 is wrong) runs the 16-bit path on fp32 operands and rounds o and
-    T to bf16 after, as the GPU stores them."""
+    the backward, which then skips recomputing them; the fp32 path returns them empty); ``h`` ``[n_slots,
+    H_v, V, K]`` and ``U`` ``[B, T, H_v, V]`` the chunk-start states and corrected values, stored by the scan
+    where ``keep_states`` asks and :func:`_keeps_states` allows (the backward then skips its recompute
+    scan), else empty. bf16 under the interpreter (whose ``tl.dot`` on bf16 is wrong) runs the 16-bit path
+    on fp32 operands and rounds o, T, h and U to bf16 after, as the GPU stores them."""
     def no_tensor() -> torch.Tensor:  # a fresh one each time: custom-op outputs must not alias
         return empty((0,), dtype=torch.float32, device=v.device)
 
     dtype = v.dtype
+    keep = _keeps_states(keep_states, q, v, cu_seqlens)
     q, k, v = (interpreter_dot_operand(t) for t in (q, k, v))
     if dtype != torch.float32:
         # 16-bit inputs: the chunk-parallel kernels (prefill_chunked.py). fp32 keeps the sequential-scan
@@ -99,38 +130,43 @@ def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                                                     output_final_state=output_final_state, n_segments=n_seg,
                                                     chunk_size=chunk_size, write_strength=write_strength)
         else:
+            # keeping the states for the backward costs the scan their stores (~3× v's bytes at K = 128) and
+            # spares the backward a second serial walk over every chunk
+            kept_dt = states_dtype(dtype, q.shape[3], v.shape[3]) if keep else None
             o, final, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                                   output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                                                   chunk_size=chunk_size, write_strength=write_strength,
-                                                  fuse_output=True)
+                                                  fuse_output=True, store_states=keep, states_dtype=kept_dt)
+        h, u = (saved["h"], saved["v_new"].to(dtype)) if keep else (no_tensor(), no_tensor())
         # the custom op's schema returns tensors: empty where there is none, as the fake says
-        return o.to(dtype), (final if final is not None else no_tensor()), saved["T"].to(dtype), saved["G"]
+        return (o.to(dtype), (final if final is not None else no_tensor()), saved["T"].to(dtype), saved["G"],
+                h, u)
     o, final = gated_delta_prefill_fwd(q, k, v, g, beta, write_strength, initial_state, output_final_state,
                                        cu_seqlens, scale, chunk_size)
-    return o, final, no_tensor(), no_tensor()
+    return o, final, no_tensor(), no_tensor(), no_tensor(), no_tensor()
 
 
 def _prefill_forward_fake(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale,
-                          chunk_size):
+                          chunk_size, keep_states):
     n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     shape = (n, v.shape[2], v.shape[3], q.shape[3]) if output_final_state else (0,)
+    none = [v.new_empty((0,), dtype=torch.float32) for _ in range(4)]
     if q.dtype == torch.float32:
-        return (v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32), v.new_empty((0,), dtype=torch.float32),
-                v.new_empty((0,), dtype=torch.float32))
+        return (v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32), *none)
+    kept = ((v.new_empty(_kept_states_shape(q, v, cu_seqlens, chunk_size),
+                         dtype=states_dtype(v.dtype, q.shape[3], v.shape[3])), v.new_empty(v.shape))
+            if _keeps_states(keep_states, q, v, cu_seqlens) else none[2:])
     return (v.new_empty(v.shape), v.new_empty(shape, dtype=torch.float32),
-            v.new_empty((*v.shape[:3], kernel_chunk(chunk_size))), v.new_empty(v.shape[:3], dtype=torch.float32))
-
-
-GPU_CHECKED_HEADS = {64, 128}
-"""Head sizes (K and V) whose chunk-parallel backward is checked on the GPU (the GPU tests of
-test_gated_delta_bwd_chunked); others take the sequential backward there."""
+            v.new_empty((*v.shape[:3], kernel_chunk(chunk_size))), v.new_empty(v.shape[:3], dtype=torch.float32),
+            *kept)
 
 
 def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, write_strength: torch.Tensor | None,
                       initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None, scale: float,
                       chunk_size: int, need_dh0: bool, chunk_T: torch.Tensor | None,
-                      chunk_G: torch.Tensor | None) -> list[torch.Tensor]:
+                      chunk_G: torch.Tensor | None, chunk_h: torch.Tensor | None = None,
+                      chunk_U: torch.Tensor | None = None) -> list[torch.Tensor]:
     """``[dq, dk, dv, dg, dbeta]`` + ``[dw]`` (with write_strength) + ``[dh0]`` (when ``need_dh0``).
 
     16-bit inputs (the chunk-parallel forward's): the chunk-parallel backward (``prefill_bwd_chunked.py``:
@@ -143,24 +179,29 @@ def _prefill_backward(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tenso
     its dk/dg are wrong on the H100 (a triton miscompile: right in the interpreter; once an illegal
     address), so other head sizes keep the sequential backward. The interpreter (CI) always runs the
     chunk-parallel one, which is correct there at every size. ``chunk_T``/``chunk_G``: the forward's chunk
-    inverses and log2 decays (or None/empty), which spare the chunk-parallel backward their recompute."""
+    inverses and log2 decays (or None/empty), which spare the chunk-parallel backward their recompute;
+    ``chunk_h``/``chunk_U``: the chunk-start states and U the forward kept (or None/empty), which spare it
+    the recompute scan too."""
     K, V = q.shape[-1], v.shape[-1]
     dtype = q.dtype
     if dtype != torch.float32 and not (interpreter_active() or {K, V} <= GPU_CHECKED_HEADS):
         return gated_delta_prefill_bwd(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens,
                                        scale, chunk_size, need_dh0)
     # bf16 under the interpreter: fp32 operands (its bf16 tl.dot is wrong), gradients rounded after
-    do, q, k, v, chunk_T = (interpreter_dot_operand(t) if t is not None else None for t in (do, q, k, v, chunk_T))
+    do, q, k, v, chunk_T, chunk_h, chunk_U = (interpreter_dot_operand(t) if t is not None else None
+                                              for t in (do, q, k, v, chunk_T, chunk_h, chunk_U))
     args = (do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size, need_dh0)
     if dtype == torch.float32:
         return gated_delta_prefill_bwd(*args)
     saved = chunk_T is not None and chunk_G is not None and chunk_T.numel() > 0
-    out = gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None)
+    kept = saved and chunk_h is not None and chunk_U is not None and chunk_h.numel() > 0
+    out = gated_delta_prefill_bwd_chunked(*args, inverses=(chunk_T, chunk_G) if saved else None,
+                                          states=(chunk_h, chunk_U) if kept else None)
     return [t.to(dtype) for t in out[:3]] + out[3:]
 
 
 def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, scale, chunk_size,
-                           need_dh0, chunk_T, chunk_G):
+                           need_dh0, chunk_T, chunk_G, chunk_h=None, chunk_U=None):
     out = [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
            beta.new_empty(beta.shape)]
     if write_strength is not None:
@@ -171,44 +212,45 @@ def _prefill_backward_fake(do, dht, q, k, v, g, beta, write_strength, initial_st
 
 
 def _prefill_setup(ctx, inputs, output) -> None:
-    q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale, chunk_size = inputs
-    # the inputs and the chunk inverses (T, G: [B, T, H_v, C + 1], half of v's bytes at C = 64, V = 128):
-    # the backward recomputes the chunk-start states (one extra scan) instead of the forward storing them
-    # (no per-chunk state in memory between the passes)
-    _, _, chunk_T, chunk_G = output
-    ctx.mark_non_differentiable(chunk_T, chunk_G)
-    ctx.save_for_backward(q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G)
+    q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens, scale, chunk_size = inputs[:11]
+    # the inputs, the chunk inverses (T, G: [B, T, H_v, C + 1], half of v's bytes at C = 64, V = 128) and,
+    # where the forward kept them, the chunk-start states and U (3× v's bytes at K = 128: the backward then
+    # skips its recompute scan; empty otherwise)
+    _, _, chunk_T, chunk_G, chunk_h, chunk_U = output
+    ctx.mark_non_differentiable(chunk_T, chunk_G, chunk_h, chunk_U)
+    ctx.save_for_backward(q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G, chunk_h,
+                          chunk_U)
     ctx.scale, ctx.chunk_size, ctx.output_final_state = scale, chunk_size, output_final_state
     ctx.set_materialize_grads(False)
 
 
 def _prefill_input_grads(ctx, grads: tuple, backward) -> tuple:
     """Gradients for ``(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
-    scale, chunk_size)``."""
-    do, dht = grads[:2]  # the last two outputs (T, G) are not differentiable
+    scale, chunk_size, keep_states)``."""
+    do, dht = grads[:2]  # the last four outputs (T, G, h, U) are not differentiable
     if not ctx.output_final_state:
         dht = None
     if do is None and dht is None:
-        return (None,) * 11
-    q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G = ctx.saved_tensors
+        return (None,) * 12
+    q, k, v, g, beta, write_strength, initial_state, cu_seqlens, chunk_T, chunk_G, chunk_h, chunk_U = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(v)
     need_dh0 = initial_state is not None and ctx.needs_input_grad[6]
     out = list(backward(do, dht, q, k, v, g, beta, write_strength, initial_state, cu_seqlens, ctx.scale,
-                        ctx.chunk_size, need_dh0, chunk_T, chunk_G))
+                        ctx.chunk_size, need_dh0, chunk_T, chunk_G, chunk_h, chunk_U))
     dq, dk, dv, dg, dbeta = out[:5]
     dw = out[5] if write_strength is not None else None
     dh0 = out[-1] if need_dh0 else None
     need = ctx.needs_input_grad
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dg if need[3] else None,
-            dbeta if need[4] else None, dw if need[5] else None, dh0, None, None, None, None)
+            dbeta if need[4] else None, dw if need[5] else None, dh0, None, None, None, None, None)
 
 
 _prefill = TorchOp("gated_delta_prefill", forward=_prefill_forward, forward_fake=_prefill_forward_fake,
                    backward=_prefill_backward, backward_fake=_prefill_backward_fake, setup_context=_prefill_setup,
                    input_grads=_prefill_input_grads)
 """``kernelworks::gated_delta_prefill`` (+ ``_backward``): ``(q, k, v, g, beta, write_strength, initial_state,
-output_final_state, cu_seqlens, scale, chunk_size) → (o, final_state)``."""
+output_final_state, cu_seqlens, scale, chunk_size, keep_states) → (o, final_state, T, G, h, U)``."""
 
 _prefill_op = _prefill.custom_op
 
@@ -469,6 +511,9 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     chunk_size = _check_chunk_size(chunk_size)
     scale = _scale(scale, K)
     output_final_state = bool(output_final_state)
-    o, final, _, _ = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
-                              scale, chunk_size)
+    # a call that records a graph keeps the scan's chunk-start states for its backward (no recompute scan)
+    keep_states = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, g, beta, write_strength, initial_state))
+    o, final = _prefill(q, k, v, g, beta, write_strength, initial_state, output_final_state, cu_seqlens,
+                        scale, chunk_size, keep_states)[:2]
     return o, (final if output_final_state else None)

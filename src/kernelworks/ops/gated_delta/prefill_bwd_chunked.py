@@ -556,19 +556,29 @@ def _plan(K: int, V: int, scan_rows: int = 64) -> _Plan:
                  BLOCK_V_DQ=bv, states_16bit=True, split_state=False, w_from_t=True, dk_16bit=True)
 
 
+def states_dtype(dtype: torch.dtype, K: int, V: int) -> torch.dtype:
+    """The dtype this backward keeps the chunk-start states in, for 16-bit inputs of ``dtype`` and head sizes
+    K, V: what a forward that stores them for it (``chunked_prefill_fwd(store_states=True)``) must write."""
+    return dtype if _plan(K, V).states_16bit else torch.float32
+
+
 def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                                     v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                                     write_strength: torch.Tensor | None, initial_state: torch.Tensor | None,
                                     cu_seqlens: torch.Tensor | None, scale: float, chunk_size: int,
                                     need_dh0: bool, reuse_T: bool = True,
-                                    inverses: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+                                    inverses: tuple[torch.Tensor, torch.Tensor] | None = None,
+                                    states: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The chunk-parallel backward (16-bit q/k/v; inputs as the forward's, validated by the caller; ``do``
     the gradient of o, ``dht`` that of the final state or None). Returns ``[dq, dk, dv, dg, dbeta]`` +
     ``[dw]`` when ``write_strength`` is given + ``[dh0]`` (fp32) when ``need_dh0`` — the contract of
     ``prefill_bwd.gated_delta_prefill_bwd``. ``reuse_T``: take ``T = (I + A)⁻¹`` from the forward's
     intermediates when it provides them (else, or with False, the WY kernel recomputes T from A).
     ``inverses``: the forward's ``(T, G)`` (``saved["T"]``, ``saved["G"]`` of ``chunked_prefill_fwd`` on the
-    same inputs), which spares the recompute its chunk-inverse kernel."""
+    same inputs), which spares the recompute its chunk-inverse kernel. ``states``: with ``inverses``, the
+    forward's chunk-start states and U (``saved["h"]``, ``saved["v_new"]`` of a fused ``chunked_prefill_fwd``
+    with ``store_states`` and ``states_dtype`` = :func:`states_dtype`), which spare the recompute altogether:
+    the backward is then its reverse scan and two chunk-parallel kernels."""
     B, T, H_qk, K = q.shape
     H_v, V = v.shape[2], v.shape[3]
     ratio = H_v // H_qk
@@ -579,13 +589,23 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     states_dt = dt if plan.states_16bit else torch.float32
     # the varlen chunk tables once (the recompute takes them too): cu as the kernels read it, clamped
     tables = _varlen_chunks(cu_seqlens, kernel_chunk(chunk_size), T) if cu_seqlens is not None else None
-    # 0. the forward's intermediates: G, T, chunk-start states, U (and W, unless the scan forms U from T)
-    _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                                      output_final_state=False, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                                      write_strength=write_strength, fuse_output=False, need_output=False,
-                                      wy_in_scan=plan.w_from_t, states_dtype=states_dt, inverses=inverses,
-                                      chunk_tables=tables)
-    chunk, G, W, Tm, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["T"], saved["h"], saved["v_new"]
+    if states is not None and inverses is not None and plan.w_from_t:
+        # 0. the forward kept its intermediates: T, G, the chunk-start states and U
+        chunk, (Tm, G), (hs, vn), W = kernel_chunk(chunk_size), inverses, states, None
+        n_h = B * cdiv(T, chunk) if cu_seqlens is None else tables[4]
+        if (hs.shape != (n_h, H_v, V, K) or hs.dtype != states_dt or vn.shape != v.shape or vn.dtype != dt
+                or Tm.shape != (B, T, H_v, chunk) or not (hs.is_contiguous() and vn.is_contiguous())):
+            raise ValueError(f"states: expected contiguous chunk-start states {(n_h, H_v, V, K)} {states_dt} and "
+                             f"U {tuple(v.shape)} {dt}, got {tuple(hs.shape)} {hs.dtype} and {tuple(vn.shape)} "
+                             f"{vn.dtype}")
+    else:
+        # 0. the forward's intermediates: G, T, chunk-start states, U (and W, unless the scan forms U from T)
+        _, _, saved = chunked_prefill_fwd(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                          output_final_state=False, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                                          write_strength=write_strength, fuse_output=False, need_output=False,
+                                          wy_in_scan=plan.w_from_t, states_dtype=states_dt, inverses=inverses,
+                                          chunk_tables=tables)
+        chunk, G, W, Tm, hs, vn = saved["chunk"], saved["G"], saved["W"], saved["T"], saved["h"], saved["v_new"]
     if cu_seqlens is None:
         nt = cdiv(T, chunk)
         n_slots, slots_per_row = B * nt, nt

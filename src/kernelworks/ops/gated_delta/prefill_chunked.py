@@ -412,7 +412,7 @@ def _state_pass_kernel(
 ):
     """The sequential scan: per chunk ``U = Ũ − W S₀ᵀ`` ``[C, BLOCK_V]``, ``S_C = 2^{G_C} S₀ +
     (2^{G_C − G} ⊙ U)ᵀ K``; FUSE_O: ``O = scale [(2^G ⊙ Q) S₀ᵀ + causal(Q Kᵀ ⊙ 2^{G_t − G_s}) U]`` too;
-    otherwise U goes to ``vn`` for K3 (not with STORE_VN off: a pass for the final state alone).
+    STORE_VN: U to ``vn`` (for K3 unfused, for the backward fused; off: a pass for the final state alone).
     STORE_HS: each chunk's ``S₀`` to ``hs[coff + j]``. FUSE_WY: U from K1a's T directly,
     ``U = T [(w ⊙ V) − (βγ ⊙ K) S₀ᵀ]`` (one more dot a chunk), instead of from K1b's W and Ũ — with FUSE_O,
     the forward is then K1a and this kernel, and only q, k, v, T, the gates and o cross DRAM (no W, Ũ, U or
@@ -533,7 +533,7 @@ def _state_pass_kernel(
             m_p = m_causal & m_t[:, None]
             b_o = _intra_chunk_output(b_q, b_k, b_G, b_u, b_o, m_p, DOT_PRECISION, EXACT)
             tl.store(p_o + o_t[:, None] * s_ot + o_v[None, :], (b_o * scale).to(p_o.dtype.element_ty), mask=m_tv)
-        elif STORE_VN:
+        if STORE_VN:
             tl.store(p_vn + o_t[:, None] * (H_V * V) + o_v[None, :], b_u, mask=m_tv)
 
         # S_Cᵀ = 2^{G_C} S₀ᵀ + Kᵀ (2^{G_C − G} ⊙ U) (rows past the end: U = 0, exponent zeroed: no inf · 0)
@@ -765,7 +765,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         always runs 64, :data:`GPU_CHUNK`; the interpreter the requested one).
         fuse_output: compute o inside the state scan (K1 + K2: no chunk-state round trip) instead of in a
             third, fully parallel kernel (K1 + K2 + K3, the chunk-start states through memory in fp32).
-        store_states: also keep the chunk-start states when fusing (the unfused path always has them).
+        store_states: also keep the chunk-start states and U when fusing (the unfused path always has
+            them): what a backward would otherwise recompute (``saved["h"]``, ``saved["v_new"]``).
         need_output: False skips the output (unfused only: K1 + K2, for a backward that recomputes the
             forward's intermediates); o is then None.
         wy_in_scan: unfused, form U from T inside the scan as the fused plan does (no K1b launch; ``W`` and
@@ -788,7 +789,8 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         fused plan forms U in the scan), ``T`` ``[B, T, H_v, C]`` (the chunk inverses), ``h`` the
         chunk-start states ``[n_slots, H_v, V, K]`` (``states_dtype``; row ``coff[n] + j``; varlen slots past the last
         chunk unwritten) or None, ``v_new`` ``[B, T, H_v, V]`` (input dtype, ``U = Ũ − W S₀ᵀ``) or None
-        when fused, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense: ``n · cdiv(T, C)``).
+        when fused without ``store_states``, ``chunk_offsets`` ``coff [N]`` int32 (varlen) or None (dense:
+        ``n · cdiv(T, C)``).
     """
     if final_only:
         if not output_final_state:
@@ -857,14 +859,15 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     if states_dtype is None:
         states_dtype = dt if hs_16 else torch.float32
     hs = empty((n_slots, H_v, V, K) if keep_h else (0,), dtype=states_dtype, device=dev)
-    vn = empty((B, T, H_v, V) if not (fuse_output or final_only) else (0,), dtype=dt, device=dev)
+    keep_vn = not final_only and (store_states or not fuse_output)
+    vn = empty((B, T, H_v, V) if keep_vn else (0,), dtype=dt, device=dev)
     h0 = initial_state if initial_state is not None else ht
     n_v = cdiv(V, block_v)
     # fused: a second launch redoes, with exactly causal products, only the programs whose last output
     # chunk is not finite (the kernel's docstring): no NaN or inf reaches an earlier output
     for exact in (False, True) if fuse_output else (False,):
         launch(_state_pass_kernel, (n_v, H_v, n_seq),
-               q, k, v, beta, w, G, Tm, W, U, h0, ht, cu, coff_arg, hs, vn if not fuse_output else o, o,
+               q, k, v, beta, w, G, Tm, W, U, h0, ht, cu, coff_arg, hs, vn if keep_vn else o, o,
                q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
                w.stride(0), w.stride(1), w.stride(2), o.stride(0), o.stride(1), o.stride(2),
@@ -875,7 +878,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                STORE_HT=output_final_state, STORE_HS=keep_h, FUSE_O=fuse_output, FUSE_WY=fuse_wy,
                HAS_W=write_strength is not None,
                SPLIT_STATE=plan.split_scan and not fp32, SPLIT_O=plan.split_out and not fp32,
-               DOT_PRECISION=precision, LATE_O=plan.late_out, STORE_VN=not final_only,
+               DOT_PRECISION=precision, LATE_O=plan.late_out, STORE_VN=keep_vn,
                ZERO_O=cu_seqlens is not None and need_output, CAUSAL=need_output, EXACT=exact)
     if not fuse_output and need_output:
         launch(_chunk_output_kernel, (cdiv(V, plan.BLOCK_V_OUT), slots_per_row, B * H_v),
@@ -887,7 +890,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                IS_VARLEN=cu_seqlens is not None, SPLIT_STATE=not fp32 and hs.dtype == torch.float32,
                DOT_PRECISION=precision)
     saved = {"chunk": chunk, "G": G, "T": Tm, "W": None if fuse_wy else W, "U_tilde": None if fuse_wy else U,
-             "h": hs if keep_h else None, "v_new": vn if not (fuse_output or final_only) else None,
+             "h": hs if keep_h else None, "v_new": vn if keep_vn else None,
              "chunk_offsets": coff}
     return (o if need_output else None), (ht if output_final_state else None), saved
 
