@@ -40,6 +40,7 @@ if "--smoke" in sys.argv:  # before triton is imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
+import triton
 from torch.nn import functional
 
 import kernelworks as kw
@@ -304,7 +305,8 @@ def main() -> None:
     os.makedirs(folder, exist_ok=True)
     for study in args.study or ("variants", "rows"):
         res = {"device": "cpu-smoke" if args.smoke else torch.cuda.get_device_name(),
-               "torch": torch.__version__, "commit": os.environ.get("KERNELWORKS_COMMIT"), "study": study}
+               "torch": torch.__version__, "triton": triton.__version__,
+               "commit": os.environ.get("KERNELWORKS_COMMIT"), "study": study}
         if study == "variants":
             res["shapes"] = study_variants(shapes, dev, dt, D, time, fla)
         elif study == "keep":
