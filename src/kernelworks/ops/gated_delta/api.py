@@ -7,7 +7,8 @@ would need one (grad mode on and an input requiring grad) raises ``NotImplemente
 return an output gradients silently stop at.
 
 ``gated_delta_prefill`` is a :class:`~kernelworks.runtime.torch_op.TorchOp`: ``kernelworks::gated_delta_prefill``
-(``→ (o, final_state, T, G)``, the last two the chunk inverses and decays kept for the backward) +
+(``→ (o, final_state, T, G, h, U)``, the last four the chunk inverses, decays, chunk-start states and corrected
+values kept for the backward; h and U only for a call that records a graph) +
 ``kernelworks::gated_delta_prefill_backward`` under ``torch.compile``, an autograd Function in eager mode;
 gradients for q, k, v, g, beta, write_strength and initial_state (``prefill_bwd_chunked.py`` for 16-bit
 inputs, ``prefill_bwd.py`` for fp32).
@@ -473,9 +474,12 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         ``(o, final_state)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]`` float32,
         or None without ``output_final_state``. Differentiable in q, k, v, g, beta, write_strength and
         initial_state (also through final_state), deterministically (no atomics). The forward keeps its
-        chunk inverses for the backward (``[B, T, H_v, 64]`` in v's dtype plus ``[B, T, H_v]`` fp32); the
-        backward recomputes the chunk-start states (one scan), then — 16-bit inputs with K, V ∈ {64, 128}
-        (and everything under the interpreter) — runs a reverse state-gradient scan and two chunk-parallel
+        chunk inverses for the backward (``[B, T, H_v, 64]`` in v's dtype plus ``[B, T, H_v]`` fp32). For
+        16-bit inputs with K, V ∈ {64, 128} (and everything under the interpreter), a call that records a
+        graph also keeps the scan's chunk-start states and corrected values (``[n_chunks, H_v, V, K]`` and
+        ``[B, T, H_v, V]`` in v's dtype: 3× v's bytes at K = 128, held until the backward; the segmented
+        forward of a long batch that leaves most of the GPU idle keeps none, and its backward recomputes
+        them in one more scan); the backward then runs a reverse state-gradient scan and two chunk-parallel
         kernels (``prefill_bwd_chunked.py``); fp32 inputs and other head sizes on the GPU take the
         sequential reverse walk of ``prefill_bwd.py`` (much slower: 21 ms against 2.0 ms at B8 T4096 H16
         on the H100).
