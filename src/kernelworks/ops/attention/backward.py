@@ -103,16 +103,14 @@ def _attn_bwd_delta_kernel(p_o, p_do, p_dlse, p_delta, p_cuq, stride_ob, stride_
 
 
 @triton.jit
-def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, p_dq, stride_qs, stride_dos, stride_dqs, o_n, o_d,
-                m_d, lo, hi, len_q, off, left, right, qk_scale, softcap_log2, sm_scale,
+def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, stride_qs, stride_dos, o_n, o_d, m_d,
+                lo, hi, len_q, off, left, right, qk_scale, softcap_log2,
                 MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-                EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr):
     """Accumulate one query head's contribution over query blocks ``[lo, hi)`` into ``dK`` (unscaled) and
     ``dV``, both ``[BLOCK_N, BLOCK_D]`` fp32. Works on transposed scores ``sᵀ [BLOCK_N, BLOCK_M]`` so
     every product has the KV block (a multiple of 64 rows on Hopper) as its M dimension. Query rows past
-    ``len_q`` load as 0 with lse₂ = +inf (P = 0): only the band needs a mask (MASK). ATOMIC_DQ: also add
-    this key block's share of dQ, ``scale · dS'ᵀᵀ K`` ``[BLOCK_M, BLOCK_D]``, into the fp32 ``p_dq`` rows
-    (keys past ``len_k`` loaded as 0 add nothing)."""
+    ``len_q`` load as 0 with lse₂ = +inf (P = 0): only the band needs a mask (MASK)."""
     o_mb = tl.arange(0, BLOCK_M)
     for m in range(lo, hi, BLOCK_M):
         o_m = m + o_mb
@@ -135,24 +133,16 @@ def _dkdv_inner(b_dk, b_dv, b_k, b_v, p_q, p_do, p_l, p_delta, p_dq, stride_qs, 
         b_dst = b_pt * (b_dpt - b_delta[None, :])
         if SOFTCAP:
             b_dst = b_dst * (1.0 - b_t * b_t)
-        b_ds16 = b_dst.to(b_q.dtype)
-        b_dk += tl.dot(b_ds16, b_q, input_precision=DOT_PREC)
-        if ATOMIC_DQ:
-            # the fifth product of a one-pass backward: no second pass recomputing sᵀ and dPᵀ, at the price
-            # of fp32 atomics (their order varies run to run)
-            b_dq = tl.dot(tl.trans(b_ds16), b_k, input_precision=DOT_PREC)
-            tl.atomic_add(p_dq + o_m64 * stride_dqs + o_d[None, :], b_dq * sm_scale, mask=m_t, sem="relaxed")
+        b_dk += tl.dot(b_dst.to(b_q.dtype), b_q, input_precision=DOT_PREC)
     return b_dk, b_dv
 
 
 @triton.jit
-def _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq, q_off, k_off, v_off, do_off, dk_off, dq_off,
-                o_l, i_h, i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos,
-                stride_doh, stride_dks, stride_dkh, stride_dqs, stride_dqh, n0, len_q, len_k, head_dim, sm_scale,
-                qk_scale, softcap_log2, left, right,
+def _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h, i_hk,
+                stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                stride_dks, stride_dkh, n0, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2, left, right,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr):
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr, DOT_PREC: tl.constexpr):
     """dK/dV shares of keys ``[n0, n0 + BLOCK_N)`` of one (sequence, query head ``i_h``): ``*_off`` locate
     the sequence's first row in each tensor, ``o_l`` in lse and Δ. The head pointers are formed here, in
     this order, on purpose: formed by the caller and held across the loops, they doubled the sm_90 spill
@@ -175,32 +165,31 @@ def _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq, q_off, k_
     p_doh = p_do + do_off + i_h.to(tl.int64) * stride_doh
     p_lh = p_lse + o_l
     p_dh = p_delta + o_l
-    p_dqh = p_dq + dq_off + i_h.to(tl.int64) * stride_dqh
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, p_dqh, stride_qs, stride_dos, stride_dqs,
-                             o_n, o_d, m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2, sm_scale,
-                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC, ATOMIC_DQ)
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, p_dqh, stride_qs, stride_dos, stride_dqs,
-                             o_n, o_d, m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2, sm_scale,
-                             False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC, ATOMIC_DQ)
-    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, p_dqh, stride_qs, stride_dos, stride_dqs,
-                             o_n, o_d, m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2, sm_scale,
-                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC, ATOMIC_DQ)
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, lo, a, len_q, off, left, right, qk_scale, softcap_log2,
+                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, a, b, len_q, off, left, right, qk_scale, softcap_log2,
+                             False, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
+    b_dk, b_dv = _dkdv_inner(b_dk, b_dv, b_k, b_v, p_qh, p_doh, p_lh, p_dh, stride_qs, stride_dos, o_n, o_d,
+                             m_d, b, hi, len_q, off, left, right, qk_scale, softcap_log2,
+                             True, HAS_LEFT, HAS_RIGHT, SOFTCAP, EVEN_D, BLOCK_M, DOT_PREC)
     o_out = dk_off + i_h.to(tl.int64) * stride_dkh + o_n64 * stride_dks + o_d[None, :]
     tl.store(p_dk + o_out, (b_dk * sm_scale).to(p_dk.dtype.element_ty), mask=m_t)
     tl.store(p_dv + o_out, b_dv.to(p_dv.dtype.element_ty), mask=m_t)
 
 
 @triton.jit
-def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq, p_cuq, p_cuk,
+def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cuq, p_cuk,
                           stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                           stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
-                          stride_dkb, stride_dks, stride_dkh, stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh,
+                          stride_dkb, stride_dks, stride_dkh, stride_lb, stride_lh,
                           stride_cuq, stride_cuk, total_q, total_k,
                           seqlen_q, seqlen_k, n_heads, group, head_dim, sm_scale, qk_scale, softcap_log2,
                           left, right, IS_VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
                           HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-                          DOT_PREC: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                          DOT_PREC: tl.constexpr):
     """Query head h's share of the KV gradients: ``dV_h[b, j] = Σ_i P[b,h,i,j] dO[b,i,h]``, ``dK_h[b, j] =
     scale · Σ_i dS'[b,h,i,j] Q[b,i,h]`` for KV head ``h // group``. Shapes as the forward's; dk, dv ``[B,
     Sk, Hq, D]`` (the fp32 shares, summed over each group by the launcher; with group 1 they are the
@@ -226,23 +215,19 @@ def _attn_bwd_dkdv_kernel(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq,
     _, v_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_vb, stride_vs, IS_VARLEN)
     _, do_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dob, stride_dos, IS_VARLEN)
     _, dk_off, _ = seq_bounds(p_cuk, i_b, stride_cuk, total_k, seqlen_k, stride_dkb, stride_dks, IS_VARLEN)
-    dq_off = 0
-    if ATOMIC_DQ:
-        _, dq_off, _ = seq_bounds(p_cuq, i_b, stride_cuq, total_q, seqlen_q, stride_dqb, stride_dqs, IS_VARLEN)
     o_l = i_b.to(tl.int64) * stride_lb + i_h.to(tl.int64) * stride_lh + q_row0
     if IS_VARLEN:
         for i_n in range(i_p, tl.cdiv(len_k, BLOCK_N), tl.num_programs(0)):
-            _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq, q_off, k_off, v_off, do_off, dk_off,
-                        dq_off, o_l, i_h, i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh,
-                        stride_dos, stride_doh, stride_dks, stride_dkh, stride_dqs, stride_dqh, i_n * BLOCK_N, len_q,
-                        len_k, head_dim, sm_scale, qk_scale, softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP,
-                        BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC, ATOMIC_DQ)
+            _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
+                        i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                        stride_dks, stride_dkh, i_n * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale,
+                        softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D,
+                        DOT_PREC)
     else:
-        _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_dq, q_off, k_off, v_off, do_off, dk_off, dq_off,
-                    o_l, i_h, i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos,
-                    stride_doh, stride_dks, stride_dkh, stride_dqs, stride_dqh, i_p * BLOCK_N, len_q, len_k, head_dim,
-                    sm_scale, qk_scale, softcap_log2, left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N,
-                    BLOCK_D, EVEN_D, DOT_PREC, ATOMIC_DQ)
+        _dkdv_block(p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, q_off, k_off, v_off, do_off, dk_off, o_l, i_h,
+                    i_hk, stride_qs, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_dos, stride_doh,
+                    stride_dks, stride_dkh, i_p * BLOCK_N, len_q, len_k, head_dim, sm_scale, qk_scale, softcap_log2,
+                    left, right, HAS_LEFT, HAS_RIGHT, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, DOT_PREC)
 
 
 @triton.jit
@@ -442,12 +427,10 @@ def _strides4(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor | None,
                   cu_k: torch.Tensor | None, max_q: int, max_k: int, scale: float, left: int, right: int,
-                  softcap: float, deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` for the forward of :func:`~kernelworks.ops.attention.forward.attention_fwd` (same
     arguments); ``do`` like ``o`` (unit stride on D, any others), ``dlse`` like ``lse`` or None. Gradients
-    in q's, k's and v's dtypes. ``deterministic=False``: one pass, dQ summed by fp32 atomics in a zeroed
-    scratch (``B·Sq·Hq·D`` floats) and rounded after — 5 products of ``Sq·Sk·D`` instead of 7, dQ's last
-    bits varying run to run."""
+    in q's, k's and v's dtypes."""
     varlen = cu_q is not None
     q_dtype, kv_dtype = q.dtype, k.dtype
     do, q, k, v = (interpreter_dot_operand(t) for t in (do, q, k, v))
@@ -465,10 +448,7 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
         dlse = dlse.contiguous()  # laid out like lse (its strides are the kernels' lse strides)
     plan = _FORCED_BWD.apply(bwd_plan(d, q.dtype == torch.float32, gpu_capability()))
     group = hq // hkv
-    atomic = not deterministic
-    # the one-pass backward adds dQ into fp32 rows laid out like q (zeroed: rows no key reaches stay 0)
-    dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic
-          else empty(q.shape, dtype=q_dtype, device=q.device))
+    dq = empty(q.shape, dtype=q_dtype, device=q.device)
     # grouped heads: each query head's fp32 share of dK / dV ([..., Hq, D], 2·group× the bytes of dk),
     # summed over the group below
     kv_shape = (*k.shape[:-2], hq, k.shape[-1])
@@ -486,8 +466,7 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
     common = {"IS_VARLEN": varlen, "HAS_LEFT": left >= 0, "HAS_RIGHT": right >= 0, "SOFTCAP": softcap > 0,
               "BLOCK_D": plan.BLOCK_D, "EVEN_D": d == plan.BLOCK_D, "DOT_PREC": dot_precision(q.dtype)}
     if not varlen and (sq == 0 or sk == 0):
-        return (torch.zeros_like(dq, dtype=q_dtype), torch.zeros_like(k, dtype=kv_dtype),
-                torch.zeros_like(v, dtype=kv_dtype))
+        return torch.zeros_like(dq), torch.zeros_like(k, dtype=kv_dtype), torch.zeros_like(v, dtype=kv_dtype)
     # varlen: max_seqlen_* size the grids only; at least one block per sequence, programs loop over the rest
     n_q, n_k = int(varlen), int(varlen)
     delta_m = 64 if plan.Q_M >= 64 else 16
@@ -496,15 +475,12 @@ def attention_bwd(do: torch.Tensor, dlse: torch.Tensor | None, q: torch.Tensor, 
            num_warps=4 if plan.q_warps > 1 else 1, IS_VARLEN=varlen, HAS_DLSE=dlse is not None,
            BLOCK_M=delta_m, BLOCK_D=plan.BLOCK_D, EVEN_D=d == plan.BLOCK_D)
     launch(_attn_bwd_dkdv_kernel, (max(cdiv(sk, plan.KV_N), n_k), batch * hq), q, k, v, do, lse, delta, dk, dv,
-           dq, cuq, cuk, *qs, *ks, *vs, *dos, *dks, *dqs, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale,
-           softcap_log2, left, right, num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M,
-           BLOCK_N=plan.KV_N, ATOMIC_DQ=atomic, **common)
-    if atomic:
-        dq = dq.to(q_dtype)
-    else:
-        launch(_attn_bwd_dq_kernel, (max(cdiv(sq, plan.Q_M), n_q), batch * hq), q, k, v, do, lse, delta, dq, cuq,
-               cuk, *qs, *ks, *vs, *dos, *dqs, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left,
-               right, num_warps=plan.q_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
+           cuq, cuk, *qs, *ks, *vs, *dos, *dks, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2,
+           left, right, num_warps=plan.kv_warps, num_stages=plan.kv_stages, BLOCK_M=plan.KV_M, BLOCK_N=plan.KV_N,
+           **common)
+    launch(_attn_bwd_dq_kernel, (max(cdiv(sq, plan.Q_M), n_q), batch * hq), q, k, v, do, lse, delta, dq, cuq, cuk,
+           *qs, *ks, *vs, *dos, *dqs, *ls, *cus, sq, sk, hq, group, d, scale, qk_scale, softcap_log2, left, right,
+           num_warps=plan.q_warps, num_stages=plan.q_stages, BLOCK_M=plan.Q_M, BLOCK_N=plan.Q_N, **common)
     if group > 1:  # the group's shares in a fixed order (a deterministic reduction, then one rounding)
         dk = dk.unflatten(-2, (hkv, group)).sum(-2).to(kv_dtype)
         dv = dv.unflatten(-2, (hkv, group)).sum(-2).to(kv_dtype)
