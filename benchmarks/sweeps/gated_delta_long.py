@@ -5,8 +5,11 @@ Three studies, each a JSON under ``--out`` (saved after every shape) and a table
 
 - ``variants``: forward only. The plain fused forward at 64 and 32 V rows, the unfused three-kernel form
   (state-only scan + parallel output) at 64/32/16 rows, the segmented forward in 2–16 segments at 64 and
-  32 rows, the public op (what the dispatch picks) and fla. Each result is checked against the plain
-  forward (o and final state, relative L2) before it is timed.
+  32 rows, the public op (what the dispatch picks) and fla. Since session 23 also the fla-like split of
+  the chunk work: W = T(βγ ⊙ K) and Ũ = T(w ⊙ V) formed by a parallel kernel first, so each scan step has
+  one product fewer on its serial chain (``fused-wu``: the output still in the scan; ``unfused-wu``: four
+  kernels). Each result is checked against the plain forward (o and final state, relative L2) before it
+  is timed; ``--only`` picks variants by name.
 - ``rows``: the public op with the scan's width forced to 64, 32 or 16 rows or left to ``scan_block_v``,
   forward and forward + backward; gradients of each width against 64 rows' (the rows of the state evolve
   independently, so they agree to the bit); the backward's kernels by name on two shapes.
@@ -109,24 +112,45 @@ class _Timer:
         return t.median_ms, t.host_us
 
 
-def study_variants(shapes: dict, dev: str, dt: torch.dtype, D: int, time, fla) -> dict:
-    return {tag: _variants_row(tag, *shape, dev, dt, D, time, fla) for tag, shape in shapes.items()}
+def study_variants(shapes: dict, dev: str, dt: torch.dtype, D: int, time, fla, only: set | None = None) -> dict:
+    return {tag: _variants_row(tag, *shape, dev, dt, D, time, fla, only) for tag, shape in shapes.items()}
 
 
-def _variants_row(tag: str, B: int, T: int, hq: int, hv: int, dev: str, dt: torch.dtype, D: int, time, fla) -> dict:
+def _wu_precomputed(fn):
+    """``fn`` with the fused plan's U formed from W and Ũ of the parallel chunk kernel (K1b), not from T in
+    the scan (``_Plan.fuse_wy`` off)."""
+    planner = prefill_chunked._plan
+
+    def run():
+        prefill_chunked._plan = lambda *a, **k: planner(*a, **k)._replace(fuse_wy=False)
+        try:
+            return fn()
+        finally:
+            prefill_chunked._plan = planner
+    return run
+
+
+def _variants_row(tag: str, B: int, T: int, hq: int, hv: int, dev: str, dt: torch.dtype, D: int, time, fla,
+                  only: set | None = None) -> dict:
     q, k, v, g, beta = _inputs(B, T, hq, hv, D, dev, dt)
     kwa = {"scale": D ** -0.5, "initial_state": None, "output_final_state": True, "chunk_size": 64}
     plain = functools.partial(prefill_chunked.chunked_prefill_fwd, q, k, v, g, beta, cu_seqlens=None, **kwa)
     unfused = functools.partial(plain, fuse_output=False, wy_in_scan=True)
+    unfused_wu = functools.partial(plain, fuse_output=False, wy_in_scan=False)
     variants = {"plain": _with_rows(64, plain), "plain-bv32": _with_rows(32, plain),
                 "unfused": _with_rows(64, unfused), "unfused-bv32": _with_rows(32, unfused),
-                "unfused-bv16": _with_rows(16, unfused)}
+                "unfused-bv16": _with_rows(16, unfused),
+                "fused-wu": _with_rows(64, _wu_precomputed(plain)),
+                "fused-wu-bv32": _with_rows(32, _wu_precomputed(plain)),
+                "unfused-wu-bv32": _with_rows(32, unfused_wu), "unfused-wu-bv16": _with_rows(16, unfused_wu)}
     for n in (2, 4, 8, 16):
         seg = functools.partial(prefill_chunked.segmented_prefill_fwd, q, k, v, g, beta, n_segments=n, **kwa)
         variants[f"seg{n}"], variants[f"seg{n}-bv32"] = _with_rows(64, seg), _with_rows(32, seg)
     variants["public"] = lambda: kw.gated_delta_prefill(q, k, v, g, beta, output_final_state=True)
     if fla is not None:
         variants["fla"] = lambda: fla(q=q, k=k, v=v, g=g, beta=beta, scale=D ** -0.5, output_final_state=True)
+    if only:
+        variants = {n: f for n, f in variants.items() if n in only or n == "plain"}
     row = {"chosen_segments": prefill_chunked.prefill_segments(B, T, hv, D, q.device),
            "chosen_rows": _auto_rows(B * hv * -(-D // 64), D, q.device), "fwd": {}, "host_us": {}, "err": {}}
     with torch.no_grad():
@@ -287,6 +311,7 @@ def main() -> None:
                     help="folder for gated_delta-long-<study>.json, or a file F.json (then F-<study>.json)")
     ap.add_argument("--shapes", help="comma-separated shape names (default: all)")
     ap.add_argument("--smoke", action="store_true", help="no GPU: the interpreter on tiny shapes, nothing timed")
+    ap.add_argument("--only", help="variants study: comma-separated variant names (plain always runs: the check)")
     args = ap.parse_args()
     if set(args.study) - {"variants", "rows", "keep"}:
         ap.error(f"unknown study {sorted(set(args.study) - {'variants', 'rows', 'keep'})}: variants, rows, keep")
@@ -308,7 +333,8 @@ def main() -> None:
                "torch": torch.__version__, "triton": triton.__version__,
                "commit": os.environ.get("KERNELWORKS_COMMIT"), "study": study}
         if study == "variants":
-            res["shapes"] = study_variants(shapes, dev, dt, D, time, fla)
+            res["shapes"] = study_variants(shapes, dev, dt, D, time, fla,
+                                           set(args.only.split(",")) if args.only else None)
         elif study == "keep":
             res["shapes"] = study_keep(shapes, dev, dt, D, time, fla, args.smoke)
         else:
