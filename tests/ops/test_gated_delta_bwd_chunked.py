@@ -194,6 +194,53 @@ def test_forward_states_reused_bit_equal(lens, monkeypatch):
 
 
 @TINY_HEADS
+@pytest.mark.parametrize("lens", [None, (9, 40, 23)], ids=["dense", "varlen"])
+def test_public_api_keeps_states_only_when_recording(lens, monkeypatch):
+    """Through ``gated_delta_prefill``: a call recording a graph stores the chunk-start states in its forward
+    and its backward runs no recompute scan; ``keep_states=False`` recomputes them there instead, to the same
+    gradients bit for bit; a call recording no graph stores nothing; a non-bool ``keep_states`` is refused."""
+    from kernelworks.ops.gated_delta import api as gd_api
+    from kernelworks.ops.gated_delta import prefill_bwd_chunked
+
+    stored = []
+    real_fwd = gd_api.chunked_prefill_fwd
+
+    def spy_fwd(*args, **kw):
+        stored.append(kw.get("store_states", False))
+        return real_fwd(*args, **kw)
+
+    monkeypatch.setattr(gd_api, "chunked_prefill_fwd", spy_fwd)
+    recomputed = []
+    real_recompute = prefill_bwd_chunked.chunked_prefill_fwd
+    monkeypatch.setattr(prefill_bwd_chunked, "chunked_prefill_fwd",
+                        lambda *a, **k: recomputed.append(1) or real_recompute(*a, **k))
+    cu = _cu(lens)
+    T = sum(lens) if lens else 40
+    x = _inputs(1, T, 1, 2, 16, 32, dtype=F16, seed=9, write=True)
+    names = [n for n in NAMES if x[n] is not None]
+    do = torch.randn(1, T, 2, 32, device=DEVICE).half()
+
+    def grads(keep):
+        leaves = {n: (t.clone().requires_grad_(True) if t is not None else None) for n, t in x.items()}
+        o, _ = gated_delta_prefill(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                   cu_seqlens=cu, chunk_size=16, write_strength=leaves["write_strength"],
+                                   keep_states=keep)
+        return torch.autograd.grad(o, [leaves[n] for n in names], do)
+
+    kept = grads(True)
+    assert stored == [True] and recomputed == []
+    again = grads(False)
+    assert stored == [True, False] and recomputed == [1]
+    for a, b in zip(kept, again):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        gated_delta_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu, chunk_size=16)
+    assert stored[-1] is False
+    with pytest.raises(TypeError, match="keep_states"):
+        gated_delta_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], keep_states=1)
+
+
+@TINY_HEADS
 def test_deterministic():
     """Shared q/k heads (ratio 2) summed on the host, several V blocks: bit-equal reruns."""
     x = _inputs(1, 40, 1, 2, 16, 64, dtype=F16, seed=6, n_h0=1)
