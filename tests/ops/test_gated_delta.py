@@ -695,20 +695,23 @@ def test_torch_compile_fullgraph():
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
 
 
-def test_torch_compile_prefill_backward():
+@pytest.mark.parametrize(("dtype", "dynamic"), [(torch.float32, False), (torch.float16, False), (torch.float16, True)],
+                         ids=["fp32", "fp16", "fp16-dynamic"])
+def test_torch_compile_prefill_backward(dtype, dynamic):
     """Forward + backward of the prefill through torch.compile (the TorchOp's custom ops), no graph break,
-    equal to eager."""
-    p = _prefill_inputs(1, 20, 1, 2, 16, 16, seed=7)
+    equal to eager; 16-bit inputs keep their chunk-start states for the backward, also with symbolic shapes
+    (the fake decides it on them)."""
+    p = _prefill_inputs(1, 20, 1, 2, 16, 16, seed=7, dtype=dtype)
     h0 = torch.randn(1, 2, 16, 16, device=DEVICE)
 
     def loss(q, k, v, g, beta, h0):
         o, final = gated_delta_prefill(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                        chunk_size=16)
-        return (o * o).sum() + final.sum()
+        return (o.float() * o.float()).sum() + final.sum()
 
     args = [t.clone().requires_grad_(True) for t in (*p.values(), h0)]
     eager = torch.autograd.grad(loss(*args), args)
-    fn = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    fn = torch.compile(loss, backend="aot_eager", fullgraph=True, dynamic=dynamic)
     args_c = [t.detach().clone().requires_grad_(True) for t in args]
     compiled = torch.autograd.grad(fn(*args_c), args_c)
     for a, b in zip(compiled, eager):

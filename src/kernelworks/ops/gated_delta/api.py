@@ -85,7 +85,8 @@ def _keeps_states(keep_states: bool, q: torch.Tensor, v: torch.Tensor, cu_seqlen
     takes them (:func:`_prefill_backward`)."""
     if not keep_states or q.dtype == torch.float32:
         return False
-    if not (interpreter_active() or {q.shape[3], v.shape[3]} <= GPU_CHECKED_HEADS):
+    # int(): the fake runs this on symbolic sizes under torch.compile(dynamic=True), which do not hash
+    if not (interpreter_active() or (int(q.shape[3]) in GPU_CHECKED_HEADS and int(v.shape[3]) in GPU_CHECKED_HEADS)):
         return False
     return cu_seqlens is not None or prefill_segments(q.shape[0], q.shape[1], v.shape[2], v.shape[3], v.device) == 1
 

@@ -559,7 +559,7 @@ def _plan(K: int, V: int, scan_rows: int = 64) -> _Plan:
 def states_dtype(dtype: torch.dtype, K: int, V: int) -> torch.dtype:
     """The dtype this backward keeps the chunk-start states in, for 16-bit inputs of ``dtype`` and head sizes
     K, V: what a forward that stores them for it (``chunked_prefill_fwd(store_states=True)``) must write."""
-    return dtype if _plan(K, V).states_16bit else torch.float32
+    return dtype if _plan(int(K), int(V)).states_16bit else torch.float32  # int(): symbolic sizes do not hash
 
 
 def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
