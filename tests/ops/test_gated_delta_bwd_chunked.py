@@ -191,6 +191,12 @@ def test_forward_states_reused_bit_equal(lens, monkeypatch):
     for bad in ((h[:-1], vn), (h.float(), vn), (h, vn[:, :-1]), (h, vn.float())):
         with pytest.raises(ValueError, match="states"):
             _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, inverses=inverses, states=bad)
+    with pytest.raises(ValueError, match="states"):  # states alone: not silently recomputed
+        _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, states=states)
+    Tm, G = inverses
+    for bad in ((Tm.float(), G), (Tm, G.half()), (Tm, G[:, :, :1].expand_as(G))):  # the inverses checked too
+        with pytest.raises(ValueError, match="inverses"):
+            _launch(gated_delta_prefill_bwd_chunked, x, do, None, cu, 0.25, 16, inverses=bad, states=states)
 
 
 @TINY_HEADS

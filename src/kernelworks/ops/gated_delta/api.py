@@ -474,7 +474,9 @@ def gated_delta_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
             for the backward (the default: 3× v's bytes at K = 128, held until the backward); False makes
             the backward recompute them in one more serial scan instead (less memory, a slower backward:
             3.97 against 3.42 ms forward + backward at B 1, T 16k, 32 value heads on the H200). No effect on
-            calls that record no graph.
+            calls that record no graph. Under non-reentrant activation checkpointing the first forward
+            records one too, and its stores are dropped with the other saved tensors (the recomputed
+            forward keeps them for the backward).
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H_v, V]`` in v's dtype; final_state ``[N, H_v, V, K]`` float32,

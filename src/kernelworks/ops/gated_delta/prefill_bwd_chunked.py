@@ -50,6 +50,7 @@ from kernelworks.ops.gated_delta.prefill_chunked import (
     _inv_unit_lower_product,
     _sequence_span,
     _varlen_chunks,
+    check_inverses,
     chunked_prefill_fwd,
     kernel_chunk,
     scan_block_v,
@@ -589,12 +590,16 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
     states_dt = dt if plan.states_16bit else torch.float32
     # the varlen chunk tables once (the recompute takes them too): cu as the kernels read it, clamped
     tables = _varlen_chunks(cu_seqlens, kernel_chunk(chunk_size), T) if cu_seqlens is not None else None
-    if states is not None and inverses is not None and plan.w_from_t:
+    if states is not None:
         # 0. the forward kept its intermediates: T, G, the chunk-start states and U
-        chunk, (Tm, G), (hs, vn), W = kernel_chunk(chunk_size), inverses, states, None
+        if inverses is None or not plan.w_from_t:
+            raise ValueError("states: the chunk-start states need the forward's inverses too, and a plan that "
+                             "forms U from T")
+        chunk, (hs, vn), W = kernel_chunk(chunk_size), states, None
+        Tm, G = check_inverses(inverses, B, T, H_v, chunk, dt)
         n_h = B * cdiv(T, chunk) if cu_seqlens is None else tables[4]
         if (hs.shape != (n_h, H_v, V, K) or hs.dtype != states_dt or vn.shape != v.shape or vn.dtype != dt
-                or Tm.shape != (B, T, H_v, chunk) or not (hs.is_contiguous() and vn.is_contiguous())):
+                or not (hs.is_contiguous() and vn.is_contiguous())):
             raise ValueError(f"states: expected contiguous chunk-start states {(n_h, H_v, V, K)} {states_dt} and "
                              f"U {tuple(v.shape)} {dt}, got {tuple(hs.shape)} {hs.dtype} and {tuple(vn.shape)} "
                              f"{vn.dtype}")

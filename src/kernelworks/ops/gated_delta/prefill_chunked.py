@@ -747,6 +747,19 @@ def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple:
     return cu_kernel, coff.to(torch.int32), cs, ce, n_slots
 
 
+def check_inverses(inverses: tuple[torch.Tensor, torch.Tensor], B: int, T: int, H_v: int, chunk: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(T, G)`` as a forward saved them (``saved["T"]``, ``saved["G"]``), checked against the call that takes
+    them: contiguous T ``[B, T, H_v, chunk]`` in ``dtype`` and G ``[B, T, H_v]`` float32, else ValueError (the
+    kernels index them by those shapes)."""
+    Tm, G = inverses
+    if (Tm.shape != (B, T, H_v, chunk) or G.shape != (B, T, H_v) or Tm.dtype != dtype
+            or G.dtype != torch.float32 or not (Tm.is_contiguous() and G.is_contiguous())):
+        raise ValueError(f"inverses: expected contiguous T {(B, T, H_v, chunk)} {dtype} and G {(B, T, H_v)} "
+                         f"float32, got {tuple(Tm.shape)} {Tm.dtype} and {tuple(G.shape)} {G.dtype}")
+    return Tm, G
+
+
 def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                         *, scale: float, initial_state: torch.Tensor | None, output_final_state: bool,
                         cu_seqlens: torch.Tensor | None, chunk_size: int = 64,
@@ -819,11 +832,7 @@ def chunked_prefill_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
         slots_per_row = n_slots
 
     if inverses is not None:
-        Tm, G = inverses
-        if (Tm.shape != (B, T, H_v, chunk) or G.shape != (B, T, H_v) or Tm.dtype != dt
-                or G.dtype != torch.float32 or not (Tm.is_contiguous() and G.is_contiguous())):
-            raise ValueError(f"inverses: expected contiguous T {(B, T, H_v, chunk)} {dt} and G {(B, T, H_v)} "
-                             f"float32, got {tuple(Tm.shape)} {Tm.dtype} and {tuple(G.shape)} {G.dtype}")
+        Tm, G = check_inverses(inverses, B, T, H_v, chunk, dt)
     else:
         G = empty((B, T, H_v), dtype=torch.float32, device=dev)
         Tm = empty((B, T, H_v, chunk), dtype=dt, device=dev)
