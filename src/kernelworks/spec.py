@@ -250,12 +250,13 @@ class OpSpec:
                                                        Callable[[Mapping[str, Any]], AbstractContextManager[Any]]
                                                        | None]:
         """``(configs, configured)`` of the pass ``mode`` (``fwd`` or ``bwd``) tunes: what ``kw tune --mode``
-        searches and the hook it runs a config under."""
-        if mode == "fwd":
+        searches and the hook it runs a config under. ``train`` (the forward of a training call, which
+        ``kw inspect`` shows) is planned by the forward's."""
+        if mode in ("fwd", "train"):
             return self.configs, self.configured
         if mode == "bwd":
             return self.bwd_configs, self.bwd_configured
-        raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
+        raise ValueError(f"mode: expected 'fwd', 'train' or 'bwd', got {mode!r}")
 
     def case_tolerance(self, case: Case) -> Tolerance:
         """The rule ``case``'s outputs are held to: :attr:`tolerance` of its dtype, with the case's own

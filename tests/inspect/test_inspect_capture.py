@@ -57,6 +57,26 @@ def test_capture_softmax_plans_for_a_gpu() -> None:
     assert os.environ.get("TRITON_INTERPRET") == env  # the GPU plan does not leak out
 
 
+def test_capture_a_training_forward() -> None:
+    """``mode="train"``: the forward of a call recording a graph, which may launch other kernels than an
+    inference call: the Gated DeltaNet scan then also stores its chunk-start states and U for the backward.
+    A spec without gradients has no training forward."""
+    spec = load_spec("gated_delta_prefill")
+    case = spec.find_cases(["b2-t300-h0"], bench=False)[0]  # K = V = 128: the chunk-parallel backward
+
+    def scan(mode):
+        (launch,) = [la for la in capture_op(spec, case, mode=mode)
+                     if la.name == "_state_pass_kernel" and not la.args.get("EXACT")]
+        return launch.args["STORE_HS"], launch.args["STORE_VN"]
+
+    assert scan("fwd") == (False, False)
+    assert scan("train") == (True, True)
+    assert "_state_pass_kernel" not in {la.name for la in capture_op(spec, case, mode="bwd")}  # nothing recomputed
+    decode = load_spec("gated_delta_decode")
+    with pytest.raises(ValueError, match="no backward"):
+        capture_op(decode, decode.check_cases[0], mode="train")
+
+
 def test_real_runs_around_a_capture(device) -> None:
     """A capture between two real calls of the same shape changes neither (no plan, no compiled kernel and
     no launch cache entry leaks either way)."""

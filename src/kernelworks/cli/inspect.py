@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "repeatable")
     p.add_argument("--target", dest="gpu", default=DEFAULT_TARGET, choices=list(TARGETS),
                    help=f"compile target (default {DEFAULT_TARGET})")
-    p.add_argument("--mode", choices=("fwd", "bwd", "all"), default="fwd",
-                   help="the forward call's kernels, the backward pass's, or both")
+    p.add_argument("--mode", choices=("fwd", "train", "bwd", "all"), default="fwd",
+                   help="an inference call's kernels, a training call's forward (its inputs requiring grad), "
+                        "its backward pass's, or all of them")
     p.add_argument("--config", help="override constexprs / launch options: 'num_warps=8,BLOCK_N=4096'")
     p.add_argument("--all-configs", action="store_true",
                    help="inspect every entry of the spec's configs (each applied like --config) and tabulate")
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     spec = obj
-    modes = spec.modes if args.mode == "all" else (args.mode,)
+    modes = (("fwd", "train", "bwd") if spec.grad_inputs else ("fwd",)) if args.mode == "all" else (args.mode,)
     given: list[dict[str, Any] | None] = [parse_assignments(args.config, "--config") or None]
     configs = {mode: given for mode in modes}  # --all-configs: each pass's own search space
     note = ""

@@ -146,7 +146,8 @@ def inspect_op(spec_or_name: OpSpec | str, case: str | Case | None = None, targe
         case: a case name or id (all cases of that name, e.g. each dtype), a :class:`Case`, or None for
             :func:`default_case`.
         target: ``sm_80``, ``sm_90`` (default) or ``sm_100``.
-        modes: ``("fwd",)``, ``("bwd",)`` (the backward pass alone) or both.
+        modes: any of ``"fwd"`` (an inference call), ``"train"`` (the forward of a call recording a graph:
+            kernels that also keep what the backward reads) and ``"bwd"`` (the backward pass alone).
         config: an entry of the spec's search space for the mode (``configs``; ``bwd_configs`` for ``bwd``):
             the subject runs under that mode's hook (``configured`` / ``bwd_configured``) when the spec has it
             (the launches the config really makes); otherwise its values override same-named constexprs and

@@ -197,14 +197,16 @@ def make_inputs(spec: OpSpec, case: Case, device: torch.device, *,
 
 def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd", real_max_bytes: int = REAL_INPUTS_MAX_BYTES,
                capability: tuple[int, int] = (9, 0), config: Mapping[str, Any] | None = None) -> list[Launch]:
-    """The launches one call of the spec's subject makes for ``case`` (``mode="bwd"``: those of its
-    backward pass alone), planned for a GPU of compute ``capability``, none of them run.
+    """The launches one call of the spec's subject makes for ``case``, planned for a GPU of compute
+    ``capability``, none of them run: ``mode="fwd"`` an inference call (no graph recorded), ``"train"`` the
+    forward of a training call (its inputs requiring grad: a forward that keeps intermediates for its backward
+    may launch other kernels), ``"bwd"`` that call's backward pass alone.
 
     ``config``: run the subject under the hook of ``mode``'s search space (``spec.configured(config)``, or
     ``spec.bwd_configured`` for ``bwd``), so the launches are exactly those the config makes — its kernel path
     included, not just its constexprs (``kw tune``'s compile gate, ``kw inspect --all-configs``)."""
-    _, hook = spec.search_space(mode)  # raises on a mode other than fwd / bwd
-    if mode == "bwd" and not spec.grad_inputs:
+    _, hook = spec.search_space(mode)  # raises on a mode other than fwd / train / bwd
+    if mode in ("train", "bwd") and not spec.grad_inputs:
         raise ValueError(f"spec {spec.name!r} has no backward (no grad_inputs)")
     if config and hook is None:
         raise ValueError(f"spec {spec.name!r} has no `{'bwd_' if mode == 'bwd' else ''}configured` hook to run a "
@@ -222,8 +224,10 @@ def capture_op(spec: OpSpec, case: Case, *, mode: str = "fwd", real_max_bytes: i
         for name in spec.grad_inputs:  # a case may leave one out (a packed gate-up input has no "up")
             if isinstance(inputs.get(name), torch.Tensor):
                 inputs[name] = inputs[name].detach().requires_grad_(True)
-        with capture_launches():
+        with capture_launches() as forward:
             out = provider.fn(**inputs)
+        if mode == "train":
+            return forward
         outs = [t for t in (out if isinstance(out, tuple | list) else (out,))
                 if isinstance(t, torch.Tensor) and t.requires_grad]
         with capture_launches() as launches:
