@@ -403,6 +403,30 @@ def test_gpu_bf16_against_fp32_reference_and_sequential(varlen, K, V):
         assert _rel(a, b) <= 2e-2, f"grad {nm}: rel {_rel(a, b):.2e} against the sequential backward"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("varlen", [False, True])
+def test_gpu_kept_states_equal_the_recompute(varlen):
+    """bf16, K = V = 128, through the public API: the training forward's kept chunk-start states (the fused
+    scan's STORE_HS / STORE_VN build) give the gradients of ``keep_states=False`` (the backward's own
+    recompute scan), bit for bit, as the H200 sweep of session 23 read (``gated_delta_long.py keep``)."""
+    lens = (37, 200, 63) if varlen else None
+    cu = _cu(lens)
+    B, T = (1, 300) if varlen else (2, 300)
+    x = _inputs(B, T, 2, 4, 128, 128, dtype=BF16, seed=10, write=True, n_h0=3 if varlen else 2)
+    names = [n for n in NAMES if x[n] is not None]
+    do = torch.randn(B, T, 4, 128, device=DEVICE).to(BF16)
+
+    def grads(keep):
+        leaves = {n: (t.clone().requires_grad_(True) if t is not None else None) for n, t in x.items()}
+        o, final = gated_delta_prefill(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                       initial_state=leaves["initial_state"], output_final_state=True,
+                                       cu_seqlens=cu, write_strength=leaves["write_strength"], keep_states=keep)
+        return torch.autograd.grad((o * do).float().sum() + final.sum(), [leaves[n] for n in names])
+
+    for nm, a, b in zip(names, grads(True), grads(False)):
+        assert torch.equal(a, b), f"grad {nm}: kept states differ from the recompute"
+
+
 @pytest.mark.parametrize("ratio", [1, 2, 4])
 def test_sum_head_groups_matches_torch(ratio):
     """The grouped heads' gradient sum: exactly torch's fp32 sum over each group; rounded once to bf16."""
