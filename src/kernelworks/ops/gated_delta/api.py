@@ -27,6 +27,7 @@ from kernelworks.ops.gated_delta.decode import gated_delta_decode_fwd
 from kernelworks.ops.gated_delta.prefill_bwd import gated_delta_prefill_bwd
 from kernelworks.ops.gated_delta.prefill_bwd_chunked import gated_delta_prefill_bwd_chunked, states_dtype
 from kernelworks.ops.gated_delta.prefill_chunked import (
+    chunk_slots,
     chunked_prefill_fwd,
     kernel_chunk,
     prefill_segments,
@@ -36,7 +37,6 @@ from kernelworks.ops.gated_delta.prefill_fwd import gated_delta_prefill_fwd
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand
 from kernelworks.runtime.indices import check_index_values, check_offsets, validation_enabled
-from kernelworks.runtime.launch import cdiv
 from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import ForwardOp, TorchOp
 from kernelworks.runtime.validate import (
@@ -96,9 +96,7 @@ def _kept_states_shape(q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tenso
     """``[n_slots, H_v, V, K]``: the chunk-start states of ``chunked_prefill_fwd`` (one row a chunk; varlen:
     ``cdiv(T, C) + N`` slots, :func:`~kernelworks.ops.gated_delta.prefill_chunked._varlen_chunks`)."""
     B, T, _, K = q.shape
-    chunk = kernel_chunk(chunk_size)
-    n_slots = B * cdiv(T, chunk) if cu_seqlens is None else cdiv(T, chunk) + cu_seqlens.shape[0] - 1
-    return (n_slots, v.shape[2], v.shape[3], K)
+    return (chunk_slots(B, T, kernel_chunk(chunk_size), cu_seqlens), v.shape[2], v.shape[3], K)
 
 
 def _prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -51,6 +51,7 @@ from kernelworks.ops.gated_delta.prefill_chunked import (
     _sequence_span,
     _varlen_chunks,
     check_inverses,
+    chunk_slots,
     chunked_prefill_fwd,
     kernel_chunk,
     scan_block_v,
@@ -597,7 +598,7 @@ def gated_delta_prefill_bwd_chunked(do: torch.Tensor, dht: torch.Tensor | None, 
                              "forms U from T")
         chunk, (hs, vn), W = kernel_chunk(chunk_size), states, None
         Tm, G = check_inverses(inverses, B, T, H_v, chunk, dt)
-        n_h = B * cdiv(T, chunk) if cu_seqlens is None else tables[4]
+        n_h = chunk_slots(B, T, chunk, cu_seqlens)
         if (hs.shape != (n_h, H_v, V, K) or hs.dtype != states_dt or vn.shape != v.shape or vn.dtype != dt
                 or not (hs.is_contiguous() and vn.is_contiguous())):
             raise ValueError(f"states: expected contiguous chunk-start states {(n_h, H_v, V, K)} {states_dt} and "

@@ -724,6 +724,13 @@ def _plan(chunk_size: int, K: int, V: int, fp32: bool, fused: bool, scan_rows: i
                  hs_16bit=True, split_scan=False, inv_precision="tf32")
 
 
+def chunk_slots(batch: int, T: int, chunk: int, cu_seqlens: torch.Tensor | None) -> int:
+    """Rows of the chunk-start states: one a chunk, ``batch · cdiv(T, C)`` dense; packed sequences
+    ``cdiv(T, C) + N``, which bounds any table's chunk count without reading the lengths
+    (:func:`_varlen_chunks`)."""
+    return batch * cdiv(T, chunk) if cu_seqlens is None else cdiv(T, chunk) + cu_seqlens.shape[0] - 1
+
+
 def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple:
     """``(cu, coff [N], cs [n_slots], ce [n_slots], n_slots)`` on the device, with no host sync: ``cu`` the
     table the kernels read (:func:`~kernelworks.ops.gated_delta.common.sequence_offsets`: clamped into
@@ -737,7 +744,7 @@ def _varlen_chunks(cu_seqlens: torch.Tensor, chunk: int, T: int) -> tuple:
     per = torch.div(cu[1:] - cu[:-1] + chunk - 1, chunk, rounding_mode="floor")
     cend = torch.cumsum(per, 0)
     coff = cend - per
-    n_slots = cdiv(T, chunk) + n_seq
+    n_slots = chunk_slots(1, T, chunk, cu_seqlens)
     slot = torch.arange(n_slots, device=cu.device)
     seq = torch.searchsorted(cend, slot, right=True)
     live = seq < n_seq
