@@ -1,6 +1,6 @@
 """Host time of one eager call, kernelworks against the equivalent torch call, at small shapes.
 
-    python benchmarks/host_time.py [--out F.json] [--calls 300]        # on a GPU
+    python benchmarks/host_time.py [--out F.json] [--calls 300] [--ops cross_entropy,softmax]   # on a GPU
 
 Host time is what the Python thread spends issuing a call: ``--calls`` calls back to back with no sync, the
 wall time divided by the calls (the GPU runs each small kernel in a few µs, faster than the host issues them,
@@ -142,7 +142,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--profile", type=Path, metavar="DIR",
                     help="also write DIR/<op>-<mode>.txt: cProfile of the kernelworks calls, top functions by own time")
+    ap.add_argument("--ops", help="comma-separated op names (as in the table) to time; default: all")
     args = ap.parse_args()
+    wanted = None if args.ops is None else set(args.ops.split(","))
     if args.profile:
         _profile(args.profile, args.calls)
     from kernelworks.runtime import replay
@@ -151,6 +153,8 @@ def main() -> None:
     for mode in ("infer", "train"):
         with torch.set_grad_enabled(mode == "train"):
             for name, (ours, theirs) in cases(mode == "train").items():
+                if wanted is not None and name not in wanted:
+                    continue
                 try:
                     k_us, t_us, ratio = paired_host_us(ours, theirs, args.calls)
                     replay.set_enabled(False)  # what the call costs without runtime.replay, for the record

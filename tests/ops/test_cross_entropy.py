@@ -142,6 +142,42 @@ def test_all_ignored_is_zero_not_nan(reduction):
     assert torch.equal(x.grad, torch.zeros_like(x))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("grad", [False, True], ids=["infer", "train"])
+def test_the_launch_reduces_its_own_rows_without_validation(reduction, grad):
+    """Outside validation mode nothing but the mean's gradient needs the target statistics first, so a call
+    is one launch (two for a mean with a gradient: the scale, then the rows), and its last program sums the
+    rows (the mean counting its own targets): no ``sum`` launch. The loss equals float64 torch within the
+    rule and, bit for bit, what the validation-mode path (statistics first, scaled rows) gives; every arrival
+    counter is back at 0."""
+    from kernelworks.inspect import capture_launches
+    from kernelworks.runtime import alloc
+
+    x, t = _logits(37, 45, torch.float32), _target(37, 45)
+    x.requires_grad_(grad)
+    with kernelworks.validation(False):
+        with capture_launches() as launches:
+            cross_entropy(x, t, reduction=reduction)
+        names = [la.name for la in launches]
+        fast = cross_entropy(x, t, reduction=reduction)
+    want = ["_target_stats_kernel"] if grad and reduction == "mean" else []
+    assert names == [*want, "_cross_entropy_fwd_kernel"]
+    torch.testing.assert_close(fast.double(), functional.cross_entropy(x.detach().double(), t, reduction=reduction))
+    with kernelworks.validation(True):
+        assert torch.equal(cross_entropy(x, t, reduction=reduction), fast)
+    assert all(int(c.abs().sum()) == 0 for c in alloc._COUNTERS.values())
+
+
+def test_the_launch_counts_int32_targets_against_an_ignore_index_past_int32():
+    """The mean's count in the reducing launch masks its padding lanes rather than filling them with an
+    ignore_index that an int32 load would wrap: an ignore_index past int32 ignores nothing."""
+    x, t = _logits(5, 33, torch.float32), _target(5, 33, ignore_every=0)
+    with kernelworks.validation(False):
+        got = [cross_entropy(x, t.to(torch.int32), ignore_index=i) for i in (2**31, -(2**31) - 1, 2**40)]
+    for loss in got:
+        torch.testing.assert_close(loss, functional.cross_entropy(x, t))
+
+
 def test_custom_ignore_index():
     x, t = _logits(6, 33, torch.float32), _target(6, 33, ignore_every=0)
     t[::2] = 7  # a valid class used as the ignore index

@@ -22,7 +22,7 @@ from kernelworks.ops.gemm.forward import Plan, forced_plan, matmul_plan
 from kernelworks.ops.gemm.fp8 import fp8_matmul
 from kernelworks.ops.gemm.grouped import grouped_matmul
 from kernelworks.ops.gemm.spec import expert_sizes
-from kernelworks.runtime import replay, tuned
+from kernelworks.runtime import alloc, replay, tuned
 from kernelworks.runtime.alloc import poison_outputs
 from kernelworks.runtime.device import default_device, planning_for_gpu
 from kernelworks.spec import case, default_tolerance
@@ -351,7 +351,7 @@ def test_inline_split_k_matches_two_launch_reduction_bitwise(split, act, bias, r
             outs.append(matmul(**kw))
     assert torch.equal(outs[0], outs[1])
     _check(outs[0], kw, F16)
-    assert all(int(t.abs().sum()) == 0 for t in forward._LOCKS.values())
+    assert all(int(t.abs().sum()) == 0 for t in alloc._COUNTERS.values())
 
 
 @pytest.mark.parametrize("split,flatten", [(1, True), (3, True), (4, False), (5, False)])
@@ -374,7 +374,7 @@ def test_hopper_kernel_split_k_under_interpreter(split, flatten, act):
         ptr = matmul(**kw)
     if split > 1:
         assert torch.equal(out, ptr)
-    assert all(int(t.abs().sum()) == 0 for t in forward._LOCKS.values())
+    assert all(int(t.abs().sum()) == 0 for t in alloc._COUNTERS.values())
 
 
 def test_decode_split_fills_one_wave():

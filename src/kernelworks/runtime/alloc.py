@@ -45,3 +45,21 @@ def empty_layout_of(t: torch.Tensor) -> torch.Tensor:
     """``torch.empty_like(t)`` (t's strides where t is dense, e.g. a transposed view) that honours
     :func:`poison_outputs`: a gradient laid out as its parameter, so autograd need not copy it."""
     return _poison(torch.empty_like(t))
+
+
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """``n`` int32 arrival counters, zero between launches, for kernels whose last program to arrive finishes
+    the work of the others (the GEMM's in-launch split-K, the loss's sum over rows): the kernel that counts
+    also resets the counter it used, so one zeroed buffer per (device, stream) serves every launch without a
+    memset. Per stream, because two launches running at once must not share counters; launches on one stream
+    run in order, so its kernels share one buffer. It only grows (a new, zeroed buffer)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf

@@ -179,8 +179,15 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
     x = as_rows(logits)
     t = target.reshape(-1)
     n_rows, n_cols = x.shape
-    stats = target_stats(t, n_cols, ignore_index, mean=reduction == "mean")
-    check_target_values(stats, t, n_cols, ignore_index)
+    # The target statistics (one more launch) only where something needs them before the rows are done: the
+    # mean's scale of a gradient row, or the out-of-range count of validation mode. Otherwise rows are
+    # unscaled and the launch's last program reduces them (the mean counting its own targets).
+    stats = None
+    if validation_enabled() or (compute_grad and reduction == "mean"):
+        stats = target_stats(t, n_cols, ignore_index, mean=reduction == "mean")
+        check_target_values(stats, t, n_cols, ignore_index)
+    reduce = "" if reduction == "none" else "mean" if reduction == "mean" and stats is None else "sum"
+    total = empty((), dtype=torch.float32, device=logits.device) if reduce else None
     loss_rows = empty((n_rows,), dtype=torch.float32, device=logits.device)
     grad = logits.new_empty(0)
     dx = None
@@ -194,9 +201,9 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
         else:
             grad = empty(logits.shape, dtype=logits.dtype, device=logits.device)
             dx = grad.view(n_rows, n_cols)
-    cross_entropy_fwd(x, t, loss_rows, stats[2:], dx, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                      z_loss=z_loss, softcap=softcap)
-    return reduce_rows(loss_rows, reduction, target.shape), grad
+    cross_entropy_fwd(x, t, loss_rows, None if stats is None else stats[2:], dx, ignore_index=ignore_index,
+                      label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, total=total, reduce=reduce)
+    return (loss_rows.view(tuple(target.shape)) if total is None else total), grad
 
 
 def _forward_fake(logits, target, ignore_index, label_smoothing, reduction, z_loss, softcap, compute_grad,

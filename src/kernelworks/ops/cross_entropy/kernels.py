@@ -29,7 +29,7 @@ import triton.language as tl
 
 from kernelworks.ops._math import LOG2E, tanh
 from kernelworks.ops.softmax import online_max_sum
-from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.alloc import arrival_counters, empty
 from kernelworks.runtime.device import interpreter_active
 from kernelworks.runtime.launch import MAX_FUSED_ROW_BYTES, cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.plans import ForcedPlan
@@ -63,6 +63,10 @@ within 1% of the best on an H100. 2112 programs = 16 resident 4-warp programs ×
 walking a contiguous run of tiles, so skipping the pass (grad_output 1) launches only that many."""
 
 STATS_BLOCK, STATS_WARPS = 2048, 8
+
+REDUCE_BLOCK = tl.constexpr(1024)
+"""Rows the last program of a reducing launch sums per step (:func:`_arrive_and_reduce`): 8 steps at 8192
+tokens, whatever the row's own tile (a 2-class row has 2 columns)."""
 
 # Under Triton's interpreter (CPU tests, `kw check` without a GPU), rows past 8 columns take the looped
 # path with 32-column tiles (256 past 256 columns), so vocabularies of 33 or 1000 run the loop and its
@@ -117,15 +121,49 @@ def _row_grad(b_xc, o_n, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFT
 
 
 @triton.jit
-def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, stride_dx, stride_t, stride_scale,
-                              n_cols, ignore_index, label_smoothing, z_loss, softcap, inv_softcap,
-                              TILE: tl.constexpr, ONE_TILE: tl.constexpr, HAS_GRAD: tl.constexpr,
-                              SMOOTH: tl.constexpr, SOFTCAP: tl.constexpr):
+def _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ignore_index,
+                       REDUCE: tl.constexpr):
+    """The reduction over rows, by the program that finishes last (no separate ``sum`` launch): every program
+    counts itself in on ``p_count`` once its row's loss is stored; the one that sees ``n_rows − 1`` before
+    it reads the stored losses back (``.cg``: from L2, never a stale L1 line) in row order, writes their sum
+    to ``p_total`` and re-arms the counter. ``"mean"`` (rows stored unscaled): it first counts the targets
+    that are not ``ignore_index`` and scales each row by ``1/max(count, 1)`` as it sums — the very products
+    and order of a launch whose rows were scaled by :func:`target_stats`, so the two agree bit for bit. The
+    order is fixed, so the result is bit-reproducible whichever program arrives last."""
+    tl.debug_barrier()  # the count's release must follow every thread's store of the row's loss
+    n_prev = tl.atomic_add(p_count, 1, sem="acq_rel", scope="gpu")
+    if n_prev == n_rows - 1:
+        o_b = tl.arange(0, REDUCE_BLOCK)
+        b_scale = 1.0
+        if REDUCE == "mean":
+            b_n = tl.zeros([REDUCE_BLOCK], dtype=tl.int32)
+            for i_r in range(0, n_rows, REDUCE_BLOCK):
+                o_r = i_r + o_b
+                m_r = o_r < n_rows  # masked by m_r, not by `other=`: see _target_stats_kernel
+                b_tr = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=m_r, other=0).to(tl.int64)
+                b_n += (m_r & (b_tr != ignore_index)).to(tl.int32)
+            b_scale = 1.0 / tl.maximum(tl.sum(b_n, axis=0).to(tl.float32), 1.0)
+        b_sum = tl.zeros([REDUCE_BLOCK], dtype=tl.float32)
+        for i_r in range(0, n_rows, REDUCE_BLOCK):
+            o_r = i_r + o_b
+            b_sum += tl.load(p_loss + o_r, mask=o_r < n_rows, other=0.0, cache_modifier=".cg") * b_scale
+        tl.store(p_total, tl.sum(b_sum, axis=0))
+        tl.store(p_count, 0)  # re-armed for the next launch (kernel boundaries order it)
+
+
+@triton.jit
+def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, p_total, p_count, stride_x, stride_dx,
+                              stride_t, stride_scale, n_rows, n_cols, ignore_index, label_smoothing, z_loss, softcap,
+                              inv_softcap, TILE: tl.constexpr, ONE_TILE: tl.constexpr, HAS_GRAD: tl.constexpr,
+                              SMOOTH: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SCALE: tl.constexpr,
+                              REDUCE: tl.constexpr):
     """Loss and gradient of one row per program (formulas in the module docstring).
 
     x: [N, V] logits, unit column stride, row stride ``stride_x``; dx: [N, V] (may be ``x`` itself: every
     tile is read before it is overwritten, by the same program); target: [N] int32/int64; loss: [N] fp32,
-    the row's loss times its scale; scale: s_r at ``p_scale + r·stride_scale`` (stride 0: one scalar).
+    the row's loss times its scale; scale: s_r at ``p_scale + r·stride_scale`` (stride 0: one scalar), 1
+    without HAS_SCALE. REDUCE ``"sum"`` / ``"mean"``: the last program to finish also writes the rows' sum /
+    mean to ``p_total`` (fp32 scalar; :func:`_arrive_and_reduce`, ``p_count`` its zeroed counter).
     ONE_TILE: TILE ≥ V, the row stays in registers between the statistics and the gradient. Otherwise pass 1
     streams the row in TILE columns for m and S (asking L2 to keep it), pass 2 walks it backwards — the
     freshest tiles in L2 first — writing dx with streaming stores so the writes do not evict rows still to
@@ -143,9 +181,11 @@ def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, st
             for i_k in range(0, n_cols, TILE):
                 o_n = i_k + o_t
                 tl.store(p_dx + o_n, tl.zeros([TILE], dtype=p_dx.dtype.element_ty), mask=o_n < n_cols)
+        if REDUCE != "":
+            _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ignore_index, REDUCE)
         return
 
-    b_scale = tl.load(p_scale + i_r * stride_scale).to(tl.float32)
+    b_scale = tl.load(p_scale + i_r * stride_scale).to(tl.float32) if HAS_SCALE else 1.0
     b_valid = (b_t >= 0) & (b_t < n_cols)
     b_xt = tl.load(p_x + tl.where(b_valid, b_t, 0)).to(tl.float32)
     if SOFTCAP:
@@ -211,6 +251,8 @@ def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, stride_x, st
                     b_x = _softcap(b_x, softcap, inv_softcap)
                 b_dx = _row_grad(b_x, o_n, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFTCAP)
                 tl.store(p_dx + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n, cache_modifier=".cs")
+    if REDUCE != "":
+        _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ignore_index, REDUCE)
 
 
 @triton.jit
@@ -278,25 +320,38 @@ def target_stats(target: torch.Tensor, n_cols: int, ignore_index: int, *, mean: 
     return stats
 
 
-def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
+def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor | None,
                       dx: torch.Tensor | None, *, ignore_index: int, label_smoothing: float, z_loss: float,
-                      softcap: float | None) -> None:
+                      softcap: float | None, total: torch.Tensor | None = None, reduce: str = "") -> None:
     """Launch ``_cross_entropy_fwd_kernel`` on rows ``x [N, V]`` (unit column stride): writes ``loss [N]``
     (fp32, scaled) and, when ``dx`` is given (``[N, V]``, unit column stride, may be ``x``), the gradient.
-    ``scale`` holds one element (one scale for all rows) or ``N`` (one per row)."""
+    ``scale`` holds one element (one scale for all rows) or ``N`` (one per row); None: 1 for every row.
+    ``reduce`` ``"sum"`` / ``"mean"`` (with ``total``, an fp32 scalar): the same launch writes the rows' sum
+    / their mean over the targets that are not ``ignore_index`` (no separate reduction; ``"mean"`` takes no
+    ``scale``: the rows are summed as they are, then divided by the count)."""
     n_rows, n_cols = x.shape
     opts = FORCED_PLAN.get() or plan(n_cols, softcap is not None)
     if opts["ONE_TILE"] and opts["TILE"] < n_cols:
         raise ValueError(f"plan: a one-tile plan of {opts['TILE']} columns cannot hold rows of {n_cols}")
-    if scale.numel() not in (1, n_rows):
+    if scale is not None and scale.numel() not in (1, n_rows):
         raise ValueError(f"scale: expected 1 or {n_rows} values, got shape {tuple(scale.shape)}")
-    scale = scale.reshape(-1)
+    if reduce not in ("", "sum", "mean") or (reduce == "") != (total is None) or (reduce == "mean" and
+                                                                                  scale is not None):
+        raise ValueError(f"reduce: expected '' (no total), 'sum' or 'mean' (no scale) with a total, got {reduce!r}")
+    if reduce and n_rows == 0:  # no program runs to write it
+        total.zero_()
+        return
+    has_scale = scale is not None
+    scale = scale.reshape(-1) if has_scale else loss  # (never read without HAS_SCALE)
     stride_scale = scale.stride(0) if scale.numel() > 1 else 0
+    counter = arrival_counters(x.device, 1) if reduce else loss
     launch(_cross_entropy_fwd_kernel, (n_rows,), x, x if dx is None else dx, target, loss, scale,
+           loss if total is None else total, counter,
            x.stride(0), x.stride(0) if dx is None else dx.stride(0), target.stride(0), stride_scale,
-           n_cols, ignore_index, float(label_smoothing), float(z_loss),
+           n_rows, n_cols, ignore_index, float(label_smoothing), float(z_loss),
            float(softcap or 1.0), 1.0 / float(softcap or 1.0),
-           HAS_GRAD=dx is not None, SMOOTH=label_smoothing > 0, SOFTCAP=softcap is not None, **opts)
+           HAS_GRAD=dx is not None, SMOOTH=label_smoothing > 0, SOFTCAP=softcap is not None,
+           HAS_SCALE=has_scale, REDUCE=reduce, **opts)
 
 
 def cross_entropy_bwd(g: torch.Tensor, dx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -41,7 +41,7 @@ import torch
 from kernelworks.ops.gemm import hopper, tiled
 from kernelworks.ops.gemm.hopper import _matmul_tma_kernel
 from kernelworks.ops.gemm.tiled import _matmul_kernel, _splitk_reduce_kernel
-from kernelworks.runtime.alloc import empty
+from kernelworks.runtime.alloc import arrival_counters, empty
 from kernelworks.runtime.device import interpreter_active, interpreter_dot_operand, sm_count
 from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 from kernelworks.runtime.plans import ForcedPlan
@@ -304,23 +304,6 @@ def _scale_args(t: torch.Tensor | None, mode: int) -> tuple[int, int]:
     return 0, 0
 
 
-_LOCKS: dict[tuple, torch.Tensor] = {}
-
-
-def split_locks(device: torch.device, n: int) -> torch.Tensor:
-    """``n`` int32 arrival counters for in-launch split-K (``tiled.splitk_fixup``), zero between launches:
-    each launch's last split of a tile resets its counter, so one zeroed buffer per (device, stream) is
-    reused without a memset per call. Per stream, because two launches running at once must not share
-    counters; it only grows (a new, zeroed buffer)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device.type, device.index, stream)
-    buf = _LOCKS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _LOCKS[key] = buf
-    return buf
-
-
 def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
                act: str, alpha: float, beta: float, out_dtype: torch.dtype, scale_a: torch.Tensor | None = None,
                scale_b: torch.Tensor | None = None, scale_modes: tuple[int, int] = (0, 0),
@@ -404,7 +387,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resi
     n_tiles = cdiv(m2, plan.BLOCK_M) * cdiv(n, plan.BLOCK_N)
     inline = split > 1 and (plan.SPLIT_INLINE or plan.tma)
     ws = empty((split, n_batch, m2, nb), dtype=torch.float32, device=a.device) if split > 1 else out
-    locks = split_locks(a.device, n_tiles * n_batch) if inline else out
+    locks = arrival_counters(a.device, n_tiles * n_batch) if inline else out
 
     if plan.tma:
         if not interpreter_active():
