@@ -144,27 +144,41 @@ def test_all_ignored_is_zero_not_nan(reduction):
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("grad", [False, True], ids=["infer", "train"])
-def test_the_launch_reduces_its_own_rows_without_validation(reduction, grad):
-    """Outside validation mode nothing but the mean's gradient needs the target statistics first, so a call
-    is one launch (two for a mean with a gradient: the scale, then the rows), and its last program sums the
-    rows (the mean counting its own targets): no ``sum`` launch. The loss equals float64 torch within the
-    rule and, bit for bit, what the validation-mode path (statistics first, scaled rows) gives; every arrival
-    counter is back at 0."""
-    from kernelworks.inspect import capture_launches
-    from kernelworks.runtime import alloc
+@pytest.mark.parametrize("batch", ["small", "large"])
+def test_the_launch_reduces_its_own_rows_without_validation(reduction, grad, batch):
+    """Outside validation mode a call is one launch: its last program sums the rows (the mean counting its
+    own targets), and a mean's gradient rows take their ``1/count`` from every program counting the targets
+    itself — up to ``SELF_COUNT_MAX_ROWS`` rows; past that (here: the threshold lowered to 8) a statistics
+    launch counts them first. The loss equals float64 torch within the rule and, bit for bit, what the
+    validation-mode path (statistics first, scaled rows) gives; every arrival counter is back at 0."""
+    from kernelworks.ops.cross_entropy import api
+    from kernelworks.runtime import alloc, replay
 
     x, t = _logits(37, 45, torch.float32), _target(37, 45)
     x.requires_grad_(grad)
-    with kernelworks.validation(False):
-        with capture_launches() as launches:
-            cross_entropy(x, t, reduction=reduction)
-        names = [la.name for la in launches]
+    names = []
+
+    def counting_launch(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return launch(kernel, *args, **kwargs)
+
+    launch = kernels.launch
+    with kernelworks.validation(False), replay.paused(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "launch", counting_launch)
+        if batch == "large":
+            mp.setattr(api, "SELF_COUNT_MAX_ROWS", 8)
         fast = cross_entropy(x, t, reduction=reduction)
-    want = ["_target_stats_kernel"] if grad and reduction == "mean" else []
-    assert names == [*want, "_cross_entropy_fwd_kernel"]
-    torch.testing.assert_close(fast.double(), functional.cross_entropy(x.detach().double(), t, reduction=reduction))
+        fast_grad = torch.autograd.grad(fast.sum(), x)[0] if grad else None
+    stats = ["_target_stats_kernel"] if grad and reduction == "mean" and batch == "large" else []
+    assert names[:len(stats) + 1] == [*stats, "_cross_entropy_fwd_kernel"]
+    assert "_target_stats_kernel" not in names[len(stats):]  # (the rest: the backward's scaling pass, if any)
+    ref = functional.cross_entropy(x.detach().double(), t, reduction=reduction)
+    _close(fast, ref, functional.cross_entropy(x.detach(), t, reduction=reduction), torch.float32)
     with kernelworks.validation(True):
-        assert torch.equal(cross_entropy(x, t, reduction=reduction), fast)
+        slow = cross_entropy(x, t, reduction=reduction)
+        assert torch.equal(slow, fast)
+        if grad:
+            assert torch.equal(torch.autograd.grad(slow.sum(), x)[0], fast_grad)
     assert all(int(c.abs().sum()) == 0 for c in alloc._COUNTERS.values())
 
 
@@ -175,7 +189,7 @@ def test_the_launch_counts_int32_targets_against_an_ignore_index_past_int32():
     with kernelworks.validation(False):
         got = [cross_entropy(x, t.to(torch.int32), ignore_index=i) for i in (2**31, -(2**31) - 1, 2**40)]
     for loss in got:
-        torch.testing.assert_close(loss, functional.cross_entropy(x, t))
+        _close(loss, functional.cross_entropy(x.double(), t), functional.cross_entropy(x, t), torch.float32)
 
 
 def test_custom_ignore_index():

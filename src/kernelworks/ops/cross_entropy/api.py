@@ -19,7 +19,12 @@ from collections.abc import Sequence
 
 import torch
 
-from kernelworks.ops.cross_entropy.kernels import cross_entropy_bwd, cross_entropy_fwd, target_stats
+from kernelworks.ops.cross_entropy.kernels import (
+    SELF_COUNT_MAX_ROWS,
+    cross_entropy_bwd,
+    cross_entropy_fwd,
+    target_stats,
+)
 from kernelworks.runtime.alloc import empty
 from kernelworks.runtime.compat import backward_keeps_graph
 from kernelworks.runtime.device import planning_active
@@ -180,13 +185,18 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
     t = target.reshape(-1)
     n_rows, n_cols = x.shape
     # The target statistics (one more launch) only where something needs them before the rows are done: the
-    # mean's scale of a gradient row, or the out-of-range count of validation mode. Otherwise rows are
-    # unscaled and the launch's last program reduces them (the mean counting its own targets).
-    stats = None
-    if validation_enabled() or (compute_grad and reduction == "mean"):
+    # out-of-range count of validation mode, or the mean's scale of a gradient row past a small batch (a small
+    # one counts it in every program). Otherwise the launch's last program reduces the rows, the mean counting
+    # its own targets.
+    stats, scale = None, None
+    mean_grad = compute_grad and reduction == "mean"
+    if validation_enabled() or (mean_grad and n_rows > SELF_COUNT_MAX_ROWS):
         stats = target_stats(t, n_cols, ignore_index, mean=reduction == "mean")
         check_target_values(stats, t, n_cols, ignore_index)
-    reduce = "" if reduction == "none" else "mean" if reduction == "mean" and stats is None else "sum"
+        scale = stats[2:]
+    elif mean_grad:
+        scale = "mean"
+    reduce = "" if reduction == "none" else "mean" if reduction == "mean" and scale is None else "sum"
     total = empty((), dtype=torch.float32, device=logits.device) if reduce else None
     loss_rows = empty((n_rows,), dtype=torch.float32, device=logits.device)
     grad = logits.new_empty(0)
@@ -201,7 +211,7 @@ def _forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, labe
         else:
             grad = empty(logits.shape, dtype=logits.dtype, device=logits.device)
             dx = grad.view(n_rows, n_cols)
-    cross_entropy_fwd(x, t, loss_rows, None if stats is None else stats[2:], dx, ignore_index=ignore_index,
+    cross_entropy_fwd(x, t, loss_rows, scale, dx, ignore_index=ignore_index,
                       label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, total=total, reduce=reduce)
     return (loss_rows.view(tuple(target.shape)) if total is None else total), grad
 

@@ -64,6 +64,11 @@ walking a contiguous run of tiles, so skipping the pass (grad_output 1) launches
 
 STATS_BLOCK, STATS_WARPS = 2048, 8
 
+SELF_COUNT_MAX_ROWS = 1024
+"""Batches of at most this many rows take the mean's scale by counting the targets in every program (8 KB
+each, int64) instead of from a statistics launch first: one launch less, which is what a small batch's call
+costs (its host time); past it the reads would cost device time."""
+
 REDUCE_BLOCK = tl.constexpr(1024)
 """Rows the last program of a reducing launch sums per step (:func:`_arrive_and_reduce`): 8 steps at 8192
 tokens, whatever the row's own tile (a 2-class row has 2 columns)."""
@@ -121,28 +126,34 @@ def _row_grad(b_xc, o_n, b_t, b_m, b_log2_s, b_pc, b_c0, b_c1, inv_softcap, SOFT
 
 
 @triton.jit
+def _mean_scale(p_target, stride_t, n_rows, ignore_index):
+    """``1/max(n, 1)``, n the targets of ``target [n_rows]`` that are not ``ignore_index``: the mean's scale,
+    by the very expression :func:`_target_stats_kernel` uses, so both give the same bits."""
+    o_b = tl.arange(0, REDUCE_BLOCK)
+    b_n = tl.zeros([REDUCE_BLOCK], dtype=tl.int32)
+    for i_r in range(0, n_rows, REDUCE_BLOCK):
+        o_r = i_r + o_b
+        m_r = o_r < n_rows  # masked by m_r, not by `other=`: see _target_stats_kernel
+        b_tr = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=m_r, other=0).to(tl.int64)
+        b_n += (m_r & (b_tr != ignore_index)).to(tl.int32)
+    return 1.0 / tl.maximum(tl.sum(b_n, axis=0).to(tl.float32), 1.0)
+
+
+@triton.jit
 def _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ignore_index,
                        REDUCE: tl.constexpr):
     """The reduction over rows, by the program that finishes last (no separate ``sum`` launch): every program
     counts itself in on ``p_count`` once its row's loss is stored; the one that sees ``n_rows − 1`` before
     it reads the stored losses back (``.cg``: from L2, never a stale L1 line) in row order, writes their sum
-    to ``p_total`` and re-arms the counter. ``"mean"`` (rows stored unscaled): it first counts the targets
-    that are not ``ignore_index`` and scales each row by ``1/max(count, 1)`` as it sums — the very products
-    and order of a launch whose rows were scaled by :func:`target_stats`, so the two agree bit for bit. The
-    order is fixed, so the result is bit-reproducible whichever program arrives last."""
+    to ``p_total`` and re-arms the counter. ``"mean"`` (rows stored unscaled): it scales each row by
+    :func:`_mean_scale` as it sums — the very products and order of a launch whose rows were scaled before
+    they were stored, so the two agree bit for bit. The order is fixed, so the result is bit-reproducible
+    whichever program arrives last."""
     tl.debug_barrier()  # the count's release must follow every thread's store of the row's loss
     n_prev = tl.atomic_add(p_count, 1, sem="acq_rel", scope="gpu")
     if n_prev == n_rows - 1:
+        b_scale = _mean_scale(p_target, stride_t, n_rows, ignore_index) if REDUCE == "mean" else 1.0
         o_b = tl.arange(0, REDUCE_BLOCK)
-        b_scale = 1.0
-        if REDUCE == "mean":
-            b_n = tl.zeros([REDUCE_BLOCK], dtype=tl.int32)
-            for i_r in range(0, n_rows, REDUCE_BLOCK):
-                o_r = i_r + o_b
-                m_r = o_r < n_rows  # masked by m_r, not by `other=`: see _target_stats_kernel
-                b_tr = tl.load(p_target + o_r.to(tl.int64) * stride_t, mask=m_r, other=0).to(tl.int64)
-                b_n += (m_r & (b_tr != ignore_index)).to(tl.int32)
-            b_scale = 1.0 / tl.maximum(tl.sum(b_n, axis=0).to(tl.float32), 1.0)
         b_sum = tl.zeros([REDUCE_BLOCK], dtype=tl.float32)
         for i_r in range(0, n_rows, REDUCE_BLOCK):
             o_r = i_r + o_b
@@ -155,15 +166,17 @@ def _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ign
 def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, p_total, p_count, stride_x, stride_dx,
                               stride_t, stride_scale, n_rows, n_cols, ignore_index, label_smoothing, z_loss, softcap,
                               inv_softcap, TILE: tl.constexpr, ONE_TILE: tl.constexpr, HAS_GRAD: tl.constexpr,
-                              SMOOTH: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SCALE: tl.constexpr,
+                              SMOOTH: tl.constexpr, SOFTCAP: tl.constexpr, SCALE: tl.constexpr,
                               REDUCE: tl.constexpr):
     """Loss and gradient of one row per program (formulas in the module docstring).
 
     x: [N, V] logits, unit column stride, row stride ``stride_x``; dx: [N, V] (may be ``x`` itself: every
     tile is read before it is overwritten, by the same program); target: [N] int32/int64; loss: [N] fp32,
-    the row's loss times its scale; scale: s_r at ``p_scale + r·stride_scale`` (stride 0: one scalar), 1
-    without HAS_SCALE. REDUCE ``"sum"`` / ``"mean"``: the last program to finish also writes the rows' sum /
-    mean to ``p_total`` (fp32 scalar; :func:`_arrive_and_reduce`, ``p_count`` its zeroed counter).
+    the row's loss times its scale s_r: SCALE ``"rows"`` reads it at ``p_scale + r·stride_scale`` (stride 0:
+    one scalar), ``"mean"`` counts it (:func:`_mean_scale`: each program reads every target, for small
+    batches, where a statistics launch would cost more host time than the reads), ``"one"`` takes 1.
+    REDUCE ``"sum"`` / ``"mean"``: the last program to finish also writes the rows' sum / mean to ``p_total``
+    (fp32 scalar; :func:`_arrive_and_reduce`, ``p_count`` its zeroed counter).
     ONE_TILE: TILE ≥ V, the row stays in registers between the statistics and the gradient. Otherwise pass 1
     streams the row in TILE columns for m and S (asking L2 to keep it), pass 2 walks it backwards — the
     freshest tiles in L2 first — writing dx with streaming stores so the writes do not evict rows still to
@@ -185,7 +198,12 @@ def _cross_entropy_fwd_kernel(p_x, p_dx, p_target, p_loss, p_scale, p_total, p_c
             _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ignore_index, REDUCE)
         return
 
-    b_scale = tl.load(p_scale + i_r * stride_scale).to(tl.float32) if HAS_SCALE else 1.0
+    if SCALE == "rows":
+        b_scale = tl.load(p_scale + i_r * stride_scale).to(tl.float32)
+    elif SCALE == "mean":
+        b_scale = _mean_scale(p_target, stride_t, n_rows, ignore_index)
+    else:
+        b_scale = 1.0
     b_valid = (b_t >= 0) & (b_t < n_cols)
     b_xt = tl.load(p_x + tl.where(b_valid, b_t, 0)).to(tl.float32)
     if SOFTCAP:
@@ -320,20 +338,22 @@ def target_stats(target: torch.Tensor, n_cols: int, ignore_index: int, *, mean: 
     return stats
 
 
-def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor | None,
-                      dx: torch.Tensor | None, *, ignore_index: int, label_smoothing: float, z_loss: float,
-                      softcap: float | None, total: torch.Tensor | None = None, reduce: str = "") -> None:
+def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
+                      scale: torch.Tensor | str | None, dx: torch.Tensor | None, *, ignore_index: int,
+                      label_smoothing: float, z_loss: float, softcap: float | None, total: torch.Tensor | None = None,
+                      reduce: str = "") -> None:
     """Launch ``_cross_entropy_fwd_kernel`` on rows ``x [N, V]`` (unit column stride): writes ``loss [N]``
     (fp32, scaled) and, when ``dx`` is given (``[N, V]``, unit column stride, may be ``x``), the gradient.
-    ``scale`` holds one element (one scale for all rows) or ``N`` (one per row); None: 1 for every row.
-    ``reduce`` ``"sum"`` / ``"mean"`` (with ``total``, an fp32 scalar): the same launch writes the rows' sum
-    / their mean over the targets that are not ``ignore_index`` (no separate reduction; ``"mean"`` takes no
-    ``scale``: the rows are summed as they are, then divided by the count)."""
+    ``scale``: a tensor of one element (one scale for all rows) or ``N`` (one per row); ``"mean"``, the mean's
+    ``1/count`` of the targets that are not ``ignore_index``, counted by every program (batches of at most
+    :data:`SELF_COUNT_MAX_ROWS`); None, 1. ``reduce`` ``"sum"`` / ``"mean"`` (with ``total``, an fp32
+    scalar): the same launch writes the rows' sum / their mean over the targets that are not ``ignore_index``
+    (no separate reduction; ``"mean"`` takes no ``scale``: the rows are scaled as they are summed)."""
     n_rows, n_cols = x.shape
     opts = FORCED_PLAN.get() or plan(n_cols, softcap is not None)
     if opts["ONE_TILE"] and opts["TILE"] < n_cols:
         raise ValueError(f"plan: a one-tile plan of {opts['TILE']} columns cannot hold rows of {n_cols}")
-    if scale is not None and scale.numel() not in (1, n_rows):
+    if isinstance(scale, torch.Tensor) and scale.numel() not in (1, n_rows):
         raise ValueError(f"scale: expected 1 or {n_rows} values, got shape {tuple(scale.shape)}")
     if reduce not in ("", "sum", "mean") or (reduce == "") != (total is None) or (reduce == "mean" and
                                                                                   scale is not None):
@@ -341,8 +361,8 @@ def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
     if reduce and n_rows == 0:  # no program runs to write it
         total.zero_()
         return
-    has_scale = scale is not None
-    scale = scale.reshape(-1) if has_scale else loss  # (never read without HAS_SCALE)
+    mode = "rows" if isinstance(scale, torch.Tensor) else "one" if scale is None else scale
+    scale = scale.reshape(-1) if mode == "rows" else loss  # (never read otherwise)
     stride_scale = scale.stride(0) if scale.numel() > 1 else 0
     counter = arrival_counters(x.device, 1) if reduce else loss
     launch(_cross_entropy_fwd_kernel, (n_rows,), x, x if dx is None else dx, target, loss, scale,
@@ -351,7 +371,7 @@ def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
            n_rows, n_cols, ignore_index, float(label_smoothing), float(z_loss),
            float(softcap or 1.0), 1.0 / float(softcap or 1.0),
            HAS_GRAD=dx is not None, SMOOTH=label_smoothing > 0, SOFTCAP=softcap is not None,
-           HAS_SCALE=has_scale, REDUCE=reduce, **opts)
+           SCALE=mode, REDUCE=reduce, **opts)
 
 
 def cross_entropy_bwd(g: torch.Tensor, dx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
