@@ -118,13 +118,18 @@ def _profile(model: torch.nn.Module, spec: dict, args: argparse.Namespace) -> No
 
     vocab = spec["config"]["vocab_size"]
     quick = argparse.Namespace(**{**vars(args), "warmup": 0, "steps": 2, "repeats": 1, "memory": None})
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=args.profile_stacks,
+                 with_stack=args.profile_stacks) as prof:
         train(model, spec, vocab, quick) if args.task == "train" else decode(model, spec, vocab, quick)
     averages = prof.key_averages()
-    args.profile.write_text(f"{args.model} {args.variant} {args.task} (batch {args.batch})\n"
-                            + averages.table(sort_by="cuda_time_total", row_limit=args.profile_rows,
-                                             max_name_column_width=70)
-                            + averages.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70))
+    text = (f"{args.model} {args.variant} {args.task} (batch {args.batch})\n"
+            + averages.table(sort_by="cuda_time_total", row_limit=args.profile_rows, max_name_column_width=70)
+            + averages.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70))
+    if args.profile_stacks:  # who called the costliest ops: each (op, Python stack) by its own GPU time
+        text += "\nby call site (op and the innermost Python frames), self GPU time\n" + prof.key_averages(
+            group_by_stack_n=6).table(sort_by="self_cuda_time_total", row_limit=args.profile_rows,
+                                      max_name_column_width=40)
+    args.profile.write_text(text)
 
 
 def main() -> None:
@@ -145,6 +150,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", type=Path, help="also write a torch.profiler table of the task to this file")
     ap.add_argument("--profile-rows", type=int, default=35, help="entries of the table by GPU time (default 35)")
+    ap.add_argument("--profile-stacks", action="store_true",
+                    help="with --profile: also a table by call site (op and its Python stack), self GPU time")
     ap.add_argument("--memory", type=Path, help="train: also write what is live at one more step's memory peak, "
                     "by owner, to this Markdown file (memory.py)")
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
