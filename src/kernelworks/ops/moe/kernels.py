@@ -30,19 +30,17 @@ from kernelworks.runtime.launch import cached_plan, cdiv, launch, next_pow2
 
 @triton.jit
 def _gather_rows_kernel(p_src, p_order, p_out, n_pairs, top_k, width,
-                        s_src, s_src_h, s_order, s_out, s_out_h, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """One ``BLOCK``-wide piece of ``ROWS`` sorted rows ``i``: ``out[i] = src[order[i] // top_k]`` (zeros where
-    the pair is out of range). Several rows a program: their index and row loads are in flight together."""
+                        s_src, s_src_h, s_order, s_out, s_out_h, BLOCK: tl.constexpr):
+    """One ``BLOCK``-wide piece of sorted row ``i``: ``out[i] = src[order[i] // top_k]`` (zeros where the
+    pair is out of range)."""
+    i = tl.program_id(0).to(tl.int64)
     o_h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m_h = o_h < width
-    for r in tl.static_range(ROWS):
-        i = tl.program_id(0).to(tl.int64) * ROWS + r
-        m_i = i < n_pairs
-        pair = tl.load(p_order + i * s_order, mask=m_i, other=-1).to(tl.int64)
-        valid = (pair >= 0) & (pair < n_pairs)
-        token = tl.where(valid, pair, 0) // top_k
-        row = tl.load(p_src + token * s_src + o_h * s_src_h, mask=m_h & valid, other=0)
-        tl.store(p_out + i * s_out + o_h * s_out_h, row, mask=m_h & m_i)
+    pair = tl.load(p_order + i * s_order).to(tl.int64)
+    valid = (pair >= 0) & (pair < n_pairs)
+    token = tl.where(valid, pair, 0) // top_k
+    row = tl.load(p_src + token * s_src + o_h * s_src_h, mask=m_h & valid, other=0)
+    tl.store(p_out + i * s_out + o_h * s_out_h, row, mask=m_h)
 
 
 @triton.jit
@@ -75,30 +73,28 @@ def _sum_pairs_kernel(p_src, p_inverse, p_w, p_out, n_pairs, top_k, width,
 @triton.jit
 def _scale_rows_kernel(p_dout, p_y, p_order, p_w, p_dy, p_dw, n_pairs, top_k, width,
                        s_dout, s_dout_h, s_y, s_y_h, s_order, s_wt, s_wk, s_dy, s_dy_h, s_dwt, s_dwk,
-                       NEED_DY: tl.constexpr, NEED_DW: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Sorted rows ``i`` (``ROWS`` a program) of the weighted combine's backward (pair ``p = order[i]``,
-    token ``t = p // top_k``, slot ``k``): ``dy[i] = w[t, k] · dout[t]`` and ``dw[t, k] = ⟨dout[t], y[i]⟩``.
-    An out-of-range pair gives ``dy[i] = 0`` and writes no ``dw``."""
-    for r in tl.static_range(ROWS):
-        i = tl.program_id(0).to(tl.int64) * ROWS + r
-        m_i = i < n_pairs
-        pair = tl.load(p_order + i * s_order, mask=m_i, other=-1).to(tl.int64)
-        valid = (pair >= 0) & (pair < n_pairs)
-        pair = tl.where(valid, pair, 0)
-        t, k = pair // top_k, pair % top_k
-        w = tl.load(p_w + t * s_wt + k * s_wk, mask=valid, other=0).to(tl.float32)
-        dot = tl.zeros((BLOCK,), tl.float32)
-        for start in range(0, width, BLOCK):
-            o_h = start + tl.arange(0, BLOCK)
-            m_h = o_h < width
-            g = tl.load(p_dout + t * s_dout + o_h * s_dout_h, mask=m_h & valid, other=0).to(tl.float32)
-            if NEED_DY:
-                tl.store(p_dy + i * s_dy + o_h * s_dy_h, (g * w).to(p_dy.dtype.element_ty), mask=m_h & m_i)
-            if NEED_DW:
-                y = tl.load(p_y + i * s_y + o_h * s_y_h, mask=m_h & valid, other=0).to(tl.float32)
-                dot += g * y
+                       NEED_DY: tl.constexpr, NEED_DW: tl.constexpr, BLOCK: tl.constexpr):
+    """Sorted row ``i`` of the weighted combine's backward (pair ``p = order[i]``, token ``t = p // top_k``,
+    slot ``k``): ``dy[i] = w[t, k] · dout[t]`` and ``dw[t, k] = ⟨dout[t], y[i]⟩``. An out-of-range pair
+    gives ``dy[i] = 0`` and writes no ``dw``."""
+    i = tl.program_id(0).to(tl.int64)
+    pair = tl.load(p_order + i * s_order).to(tl.int64)
+    valid = (pair >= 0) & (pair < n_pairs)
+    pair = tl.where(valid, pair, 0)
+    t, k = pair // top_k, pair % top_k
+    w = tl.load(p_w + t * s_wt + k * s_wk, mask=valid, other=0).to(tl.float32)
+    dot = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, width, BLOCK):
+        o_h = start + tl.arange(0, BLOCK)
+        m_h = o_h < width
+        g = tl.load(p_dout + t * s_dout + o_h * s_dout_h, mask=m_h & valid, other=0).to(tl.float32)
+        if NEED_DY:
+            tl.store(p_dy + i * s_dy + o_h * s_dy_h, (g * w).to(p_dy.dtype.element_ty), mask=m_h)
         if NEED_DW:
-            tl.store(p_dw + t * s_dwt + k * s_dwk, tl.sum(dot, axis=0).to(p_dw.dtype.element_ty), mask=valid)
+            y = tl.load(p_y + i * s_y + o_h * s_y_h, mask=m_h & valid, other=0).to(tl.float32)
+            dot += g * y
+    if NEED_DW:
+        tl.store(p_dw + t * s_dwt + k * s_dwk, tl.sum(dot, axis=0).to(p_dw.dtype.element_ty), mask=valid)
 
 
 # ------------------------------------------------------------------------------------------- launchers
@@ -114,25 +110,14 @@ def row_plan(width: int, rows_at_once: int) -> tuple[int, int]:
     return block, max(1, min(8, block * rows_at_once // 1024))
 
 
-ROWS_PER_PROGRAM = 4
-"""Sorted rows per program of the gather and of the combine's backward: a row alone (4 KB) is a short program
-whose index load and row load wait in turn; several rows keep several of each in flight."""
-
-
-def rows_per_program() -> int:
-    """:data:`ROWS_PER_PROGRAM` on a GPU; 2 under the interpreter (its tests still cross a program's end)."""
-    return 2 if interpreter_active() else ROWS_PER_PROGRAM
-
-
 def gather_rows(src: torch.Tensor, order: torch.Tensor, top_k: int) -> torch.Tensor:
     """``[P, H]`` in ``src``'s dtype: ``src[order[i] // top_k]`` at row ``i`` (``src`` ``[T, H]``)."""
     n_pairs, width = order.shape[0], src.shape[1]
     out = empty((n_pairs, width), dtype=src.dtype, device=src.device)
     if out.numel():
-        rows = rows_per_program()
-        block, warps = row_plan(width, rows)
-        launch(_gather_rows_kernel, (cdiv(n_pairs, rows), cdiv(width, block)), src, order, out, n_pairs, top_k,
-               width, *src.stride(), order.stride(0), *out.stride(), num_warps=warps, ROWS=rows, BLOCK=block)
+        block, warps = row_plan(width, 1)
+        launch(_gather_rows_kernel, (n_pairs, cdiv(width, block)), src, order, out, n_pairs, top_k, width,
+               *src.stride(), order.stride(0), *out.stride(), num_warps=warps, BLOCK=block)
     return out
 
 
@@ -165,10 +150,9 @@ def scale_rows_backward(dout: torch.Tensor, y: torch.Tensor, order: torch.Tensor
     # whatever the memory held; T·top_k values, nothing next to the rows
     dw = torch.zeros(tuple(weights.shape), dtype=weights.dtype, device=y.device) if need_dw else None
     if n_pairs and (need_dy or need_dw):
-        rows = rows_per_program()
-        block, warps = row_plan(width, rows)
+        block, warps = row_plan(width, 1)
         dy_arg, dw_arg = (dy if dy is not None else y), (dw if dw is not None else weights)
-        launch(_scale_rows_kernel, (cdiv(n_pairs, rows),), dout, y, order, weights, dy_arg, dw_arg, n_pairs, top_k,
-               width, *dout.stride(), *y.stride(), order.stride(0), *weights.stride(), *dy_arg.stride(),
-               *dw_arg.stride(), num_warps=warps, NEED_DY=need_dy, NEED_DW=need_dw, ROWS=rows, BLOCK=block)
+        launch(_scale_rows_kernel, (n_pairs,), dout, y, order, weights, dy_arg, dw_arg, n_pairs, top_k, width,
+               *dout.stride(), *y.stride(), order.stride(0), *weights.stride(), *dy_arg.stride(),
+               *dw_arg.stride(), num_warps=warps, NEED_DY=need_dy, NEED_DW=need_dw, BLOCK=block)
     return dy, dw
