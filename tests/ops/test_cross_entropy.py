@@ -182,6 +182,24 @@ def test_the_launch_reduces_its_own_rows_without_validation(reduction, grad, bat
     assert all(int(c.abs().sum()) == 0 for c in alloc._COUNTERS.values())
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["infer", "train"])
+def test_the_launch_reduces_more_rows_than_one_block(grad):
+    """1030 rows: the last program's count and sum, and (a gradient, every program counting its targets with
+    the threshold raised past 1030) each program's count, walk two blocks of ``REDUCE_BLOCK`` rows; bit for bit
+    the validation-mode path's (statistics first)."""
+    from kernelworks.ops.cross_entropy import api
+
+    x, t = _logits(1030, 5, torch.float32), _target(1030, 5, ignore_every=3)
+    x.requires_grad_(grad)
+    with kernelworks.validation(False), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "SELF_COUNT_MAX_ROWS", 2048)
+        fast = cross_entropy(x, t)
+    with kernelworks.validation(True):
+        assert torch.equal(cross_entropy(x, t), fast)
+    _close(fast, functional.cross_entropy(x.detach().double(), t), functional.cross_entropy(x.detach(), t),
+           torch.float32)
+
+
 def test_the_launch_counts_int32_targets_against_an_ignore_index_past_int32():
     """The mean's count in the reducing launch masks its padding lanes rather than filling them with an
     ignore_index that an int32 load would wrap: an ignore_index past int32 ignores nothing."""
@@ -725,3 +743,48 @@ def test_gpu_fused_linear_fp32_accumulation_values():
     _close(loss, ref, base, torch.bfloat16)
     _close(gh, rh, bh, torch.bfloat16)
     _close(gw, rw, bw, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_mean_without_statistics_equals_the_scaled_rows_bitwise():
+    """The launch that counts its own targets scales the stored rows before it sums them, as a launch given
+    the statistics' scale stores them: the two means agree bit for bit where a lane sums several rows (1025
+    rows; three counted, so the scale 1/3 rounds). A ``sum += row · s`` compiles to an FMA and disagreed on
+    ~14% of such inputs."""
+    x = torch.randn(1025, 50, device="cuda")
+    t = torch.full((1025,), IGNORE, device="cuda")
+    for seed in range(40):
+        torch.manual_seed(seed)
+        x.normal_()
+        t[[0, 1, 1024]] = torch.randint(0, 50, (3,), device="cuda")
+        with kernelworks.validation(False):
+            fast = cross_entropy(x, t)
+        with kernelworks.validation(True):
+            assert torch.equal(cross_entropy(x, t), fast), seed
+
+
+@pytest.mark.gpu
+def test_gpu_replayed_reductions_count_on_their_own_stream():
+    """A signature recorded on the default stream and then replayed on another stream, while a call on the
+    default stream may run at the same time: each counts on its own stream's arrival counters (a replay once
+    kept the recording stream's buffer, and two launches sharing a counter left it wrong for good)."""
+    from kernelworks.runtime import alloc
+
+    x = torch.randn(4096, 1000, device="cuda")
+    t = torch.randint(0, 1000, (4096,), device="cuda")
+    want = functional.cross_entropy(x, t, reduction="sum")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with kernelworks.validation(False):
+        for _ in range(4):  # recorded on the default stream, then replayed
+            cross_entropy(x, t, reduction="sum")
+        for _ in range(20):
+            with torch.cuda.stream(side):
+                outs.append(cross_entropy(x, t, reduction="sum"))
+            outs.append(cross_entropy(x, t, reduction="sum"))
+    torch.cuda.synchronize()
+    for out in outs:
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-3)
+    assert ("cuda", torch.cuda.current_device(), side.cuda_stream) in alloc._COUNTERS
+    assert all(int(c.abs().sum()) == 0 for c in alloc._COUNTERS.values())

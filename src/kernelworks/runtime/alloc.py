@@ -55,11 +55,14 @@ def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
     the work of the others (the GEMM's in-launch split-K, the loss's sum over rows): the kernel that counts
     also resets the counter it used, so one zeroed buffer per (device, stream) serves every launch without a
     memset. Per stream, because two launches running at once must not share counters; launches on one stream
-    run in order, so its kernels share one buffer. It only grows (a new, zeroed buffer)."""
+    run in order, so its kernels share one buffer. It only grows (a new, zeroed buffer). A replayed call
+    (:mod:`kernelworks.runtime.replay`) calls this again rather than keeping the buffer it was recorded with,
+    so a signature recorded on one stream and replayed on another counts on the other's buffer."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device.type, device.index, stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < n:
         buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        buf._kernelworks_counters = True  # runtime.replay asks for the current stream's buffer on every replay
         _COUNTERS[key] = buf
     return buf

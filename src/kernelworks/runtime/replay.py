@@ -511,6 +511,8 @@ def _generate(rec: _Recorder, n_args: int, template: object) -> Callable[..., An
             return f"t{root[1]}"
         if kind == "op":
             return f"o{root[1]}[{root[2]}]" if root[1] in multi else f"o{root[1]}"
+        if getattr(root[1], "_kernelworks_counters", False):  # the current stream's, not the recording's
+            return f"{const(alloc.arrival_counters)}({const(root[1].device)}, {root[1].numel()})"
         return const(root[1])
 
     pointers: dict[tuple, str] = {}

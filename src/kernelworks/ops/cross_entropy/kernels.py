@@ -145,19 +145,28 @@ def _arrive_and_reduce(p_loss, p_target, stride_t, p_total, p_count, n_rows, ign
     """The reduction over rows, by the program that finishes last (no separate ``sum`` launch): every program
     counts itself in on ``p_count`` once its row's loss is stored; the one that sees ``n_rows − 1`` before
     it reads the stored losses back (``.cg``: from L2, never a stale L1 line) in row order, writes their sum
-    to ``p_total`` and re-arms the counter. ``"mean"`` (rows stored unscaled): it scales each row by
-    :func:`_mean_scale` as it sums — the very products and order of a launch whose rows were scaled before
-    they were stored, so the two agree bit for bit. The order is fixed, so the result is bit-reproducible
-    whichever program arrives last."""
+    to ``p_total`` and re-arms the counter. ``"mean"`` (rows stored unscaled): it first scales each stored
+    row by :func:`_mean_scale` — the very products, rounded, and then the very sum of a launch whose rows
+    were scaled before they were stored, so the two agree bit for bit. The order is fixed, so the result is
+    bit-reproducible whichever program arrives last."""
     tl.debug_barrier()  # the count's release must follow every thread's store of the row's loss
     n_prev = tl.atomic_add(p_count, 1, sem="acq_rel", scope="gpu")
     if n_prev == n_rows - 1:
-        b_scale = _mean_scale(p_target, stride_t, n_rows, ignore_index) if REDUCE == "mean" else 1.0
         o_b = tl.arange(0, REDUCE_BLOCK)
+        if REDUCE == "mean":
+            # Scale the rows where they are stored, as a scaled launch does: `sum += row * s` would compile
+            # to an FMA, which does not round the product, and so could differ from that launch in the last bit
+            # past one row a lane.
+            b_scale = _mean_scale(p_target, stride_t, n_rows, ignore_index)
+            for i_r in range(0, n_rows, REDUCE_BLOCK):
+                o_r = i_r + o_b
+                m_r = o_r < n_rows
+                b_row = tl.load(p_loss + o_r, mask=m_r, other=0.0, cache_modifier=".cg")
+                tl.store(p_loss + o_r, b_row * b_scale, mask=m_r)
         b_sum = tl.zeros([REDUCE_BLOCK], dtype=tl.float32)
         for i_r in range(0, n_rows, REDUCE_BLOCK):
-            o_r = i_r + o_b
-            b_sum += tl.load(p_loss + o_r, mask=o_r < n_rows, other=0.0, cache_modifier=".cg") * b_scale
+            o_r = i_r + o_b  # each thread reads back only what it stored above, so no barrier between
+            b_sum += tl.load(p_loss + o_r, mask=o_r < n_rows, other=0.0, cache_modifier=".cg")
         tl.store(p_total, tl.sum(b_sum, axis=0))
         tl.store(p_count, 0)  # re-armed for the next launch (kernel boundaries order it)
 
@@ -343,12 +352,14 @@ def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
                       label_smoothing: float, z_loss: float, softcap: float | None, total: torch.Tensor | None = None,
                       reduce: str = "") -> None:
     """Launch ``_cross_entropy_fwd_kernel`` on rows ``x [N, V]`` (unit column stride): writes ``loss [N]``
-    (fp32, scaled) and, when ``dx`` is given (``[N, V]``, unit column stride, may be ``x``), the gradient.
+    (fp32, scaled; with ``reduce="mean"`` a scratch the launch reduces) and, when ``dx`` is given (``[N, V]``,
+    unit column stride, may be ``x``), the gradient.
     ``scale``: a tensor of one element (one scale for all rows) or ``N`` (one per row); ``"mean"``, the mean's
     ``1/count`` of the targets that are not ``ignore_index``, counted by every program (batches of at most
     :data:`SELF_COUNT_MAX_ROWS`); None, 1. ``reduce`` ``"sum"`` / ``"mean"`` (with ``total``, an fp32
     scalar): the same launch writes the rows' sum / their mean over the targets that are not ``ignore_index``
-    (no separate reduction; ``"mean"`` takes no ``scale``: the rows are scaled as they are summed)."""
+    (no separate reduction; ``"mean"`` takes no ``scale``: the last program scales the stored rows, then sums
+    them)."""
     n_rows, n_cols = x.shape
     opts = FORCED_PLAN.get() or plan(n_cols, softcap is not None)
     if opts["ONE_TILE"] and opts["TILE"] < n_cols:
