@@ -145,6 +145,9 @@ def main() -> None:
     ap.add_argument("--ops", help="comma-separated op names (as in the table) to time; default: all")
     args = ap.parse_args()
     wanted = None if args.ops is None else set(args.ops.split(","))
+    if wanted is not None and wanted - set(cases(False, "cpu")):
+        ap.error(f"--ops: unknown {', '.join(sorted(wanted - set(cases(False, 'cpu'))))}; the ops are "
+                 f"{', '.join(cases(False, 'cpu'))}")
     if args.profile:
         _profile(args.profile, args.calls)
     from kernelworks.runtime import replay
