@@ -177,3 +177,19 @@ def test_opcheck():
     y, gate, up = mlp._forward(x, wg, wu, wd, "silu")
     torch.library.opcheck(mlp._GATED_MLP.backward_op,
                           (torch.randn_like(y), x, gate, up, wg, wu, wd, "silu", True, False, True, True))
+
+
+def test_inspection_runs_no_products(monkeypatch):
+    """``kw inspect`` plans a model-sized case on stand-in inputs, and only the Triton launches matter: the
+    cuBLAS products around them are skipped (a bf16 product of a Llama-sized stand-in takes many minutes on a
+    CPU without bf16 units, and ``kw report`` inspects every op)."""
+    from kernelworks.inspect import inspect_op
+    from kernelworks.ops.activation.spec import GATED_MLP_SPEC
+
+    calls = []
+    real_mm, real_addmm = torch.mm, torch.Tensor.addmm_
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: calls.append("mm") or real_mm(*a, **k))
+    monkeypatch.setattr(torch.Tensor, "addmm_", lambda *a, **k: calls.append("addmm_") or real_addmm(*a, **k))
+    reports = inspect_op(GATED_MLP_SPEC, None, "sm_90", modes=("fwd", "bwd"))
+    assert {r.name for r in reports} == {"_activation_fwd_kernel", "_activation_bwd_kernel"}
+    assert calls == []

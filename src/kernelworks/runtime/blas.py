@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from kernelworks.runtime.device import planning_active
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.mm(a, b, out=out)``, skipped while launches are only planned (``kw inspect``: stand-in inputs,
+    no kernel runs): then the result's buffer comes back unwritten. Inspection looks at the Triton launches
+    between the products, and a bf16 product of a model-sized stand-in can take many minutes on a CPU without
+    bf16 units (1024³ took 4 s on a CI machine)."""
+    if planning_active():
+        return out if out is not None else torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    return torch.mm(a, b, out=out)
+
 
 def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, first: bool = False) -> None:
     """``acc += a @ b`` (``first``: ``acc = a @ b``), the product accumulated in fp32 and added in ``acc``'s
@@ -13,6 +25,8 @@ def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, first:
     documents): a loop of products needs no zero-filled accumulator, which for an LM head's fp32 weight
     gradient (V·H·4 bytes: 1.2–2.1 GB) saves one fill and one read of it. The CPU (interpreter runs) has no
     mixed-dtype addmm: the operands are upcast there."""
+    if planning_active():  # as in mm: nothing runs while launches are only planned
+        return
     beta = 0 if first else 1
     if acc.dtype == a.dtype:
         acc.addmm_(a, b, beta=beta)  # cuBLAS: C read (unless beta = 0), added in fp32, rounded once

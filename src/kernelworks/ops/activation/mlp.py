@@ -21,7 +21,7 @@ import torch
 
 from kernelworks.ops.activation.kernels import activation_bwd, activation_fwd
 from kernelworks.runtime.alloc import empty
-from kernelworks.runtime.blas import accumulate_mm
+from kernelworks.runtime.blas import accumulate_mm, mm
 from kernelworks.runtime.layout import as_rows
 from kernelworks.runtime.replay import replayed_op
 from kernelworks.runtime.torch_op import TorchOp
@@ -36,11 +36,11 @@ def _forward(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor
              act: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(y [N, H], gate [N, I], up [N, I])`` for rows ``x [N, H]``: gate and up are returned (as outputs no
     gradient flows into) so that the backward can be given them."""
-    gate = torch.mm(x, gate_weight.t())
-    up = torch.mm(x, up_weight.t())
+    gate = mm(x, gate_weight.t())
+    up = mm(x, up_weight.t())
     h = empty(gate.shape, dtype=gate.dtype, device=gate.device)
     activation_fwd(gate, up, h, act)
-    return torch.mm(h, down_weight.t()), gate, up
+    return mm(h, down_weight.t()), gate, up
 
 
 def _forward_fake(x, gate_weight, up_weight, down_weight, act):
@@ -106,23 +106,23 @@ def _backward(grad_y: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, up: tor
         if need_down_weight:
             h = empty(gate_b.shape, dtype=x.dtype, device=x.device)
             activation_fwd(gate_b, up_b, h, act)  # the recomputation this op exists for
-            torch.mm(grad_y.t(), h, out=grad_down[:, cols])
+            mm(grad_y.t(), h, out=grad_down[:, cols])
             del h
         if not need_h:
             continue
-        grad_h = torch.mm(grad_y, down_weight[:, cols])
+        grad_h = mm(grad_y, down_weight[:, cols])
         grad_up = empty(grad_h.shape, dtype=x.dtype, device=x.device)
         # The kernel loads a tile's grad_h before it stores that tile's grad_gate, so grad_gate may overwrite
         # grad_h in place: one [tokens, block] buffer fewer.
         activation_bwd(grad_h, gate_b, up_b, grad_h, grad_up, act)
         grad_gate = grad_h
         if need_gate_weight:
-            torch.mm(grad_gate.t(), x, out=grad_gate_weight[cols])
+            mm(grad_gate.t(), x, out=grad_gate_weight[cols])
         if need_up_weight:
-            torch.mm(grad_up.t(), x, out=grad_up_weight[cols])
+            mm(grad_up.t(), x, out=grad_up_weight[cols])
         if need_x and one_block:
-            grad_x = torch.mm(grad_gate, gate_weight)
-            grad_x.addmm_(grad_up, up_weight)
+            grad_x = mm(grad_gate, gate_weight)
+            accumulate_mm(grad_x, grad_up, up_weight)
         elif need_x:
             accumulate_mm(acc, grad_gate, gate_weight[cols], first=start == 0)
             accumulate_mm(acc, grad_up, up_weight[cols])
